@@ -1,0 +1,3 @@
+from mirror.cli import main
+
+raise SystemExit(main())

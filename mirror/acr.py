@@ -1,0 +1,33 @@
+"""Alibaba Cloud Container Registry endpoint forms: which public host has which VPC host."""
+
+from __future__ import annotations
+
+import re
+
+# (public form, VPC form) for each edition; see the README's endpoint table.
+_VPC_FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^registry-intl\.(?P<region>[a-z0-9-]+)\.aliyuncs\.com$"), "registry-intl-vpc.{region}.aliyuncs.com"),
+    (re.compile(r"^registry\.(?P<region>[a-z0-9-]+)\.aliyuncs\.com$"), "registry-vpc.{region}.aliyuncs.com"),
+    (
+        re.compile(r"^crpi-(?P<id>[a-z0-9]+)\.(?P<region>[a-z0-9-]+)\.personal\.cr\.aliyuncs\.com$"),
+        "crpi-{id}-vpc.{region}.personal.cr.aliyuncs.com",
+    ),
+    (
+        re.compile(r"^(?P<instance>[a-z0-9-]+?)-registry\.(?P<region>[a-z0-9-]+)\.cr\.aliyuncs\.com$"),
+        "{instance}-registry-vpc.{region}.cr.aliyuncs.com",
+    ),
+)
+_ALREADY_VPC = re.compile(r"(^registry(-intl)?-vpc\.|^crpi-[a-z0-9]+-vpc\.|-registry-vpc\.)")
+
+
+def vpc_host_for(registry: str) -> str:
+    """The VPC endpoint nodes should pull from. A host that is already a VPC endpoint, or not an ACR
+    endpoint at all (a test registry, another vendor), is returned unchanged."""
+    host = registry.lower()
+    if _ALREADY_VPC.search(host):
+        return host
+    for pattern, vpc_form in _VPC_FORMS:
+        match = pattern.match(host)
+        if match:
+            return vpc_form.format(**match.groupdict())
+    return registry

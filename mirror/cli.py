@@ -1,0 +1,86 @@
+"""The command line: a thin face that builds settings, calls the engine and presents its report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+from mirror import __version__
+from mirror.engine.sync import SyncOptions, sync
+from mirror.progress import progress_for
+from mirror.reference import ReferenceError
+from mirror.release import VersionError
+from mirror.report import ReleaseResult
+from mirror.settings import ConfigError, load_settings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mirror", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"mirror {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    sync_cmd = commands.add_parser("sync", help="copy the images of one or more releases to every target")
+    sync_cmd.add_argument("versions", nargs="+", metavar="VERSION", help="release version, e.g. v2.10.0")
+    sync_cmd.add_argument("--config", type=Path, help="config file (default: $MIRROR_CONFIG or config/mirror.yaml)")
+    sync_cmd.add_argument("--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)")
+    sync_cmd.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
+    sync_cmd.add_argument("--deep", action="store_true", help="verify by re-reading every target blob's sha256")
+    sync_cmd.add_argument("--force", action="store_true", help="overwrite a target tag that points elsewhere")
+    sync_cmd.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    sync_cmd.add_argument("-v", "--verbose", action="store_true", help="log HTTP requests too")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        settings = load_settings(args.config)
+        options = SyncOptions(tuple(args.target), args.dry_run, args.deep, args.force)
+        results = asyncio.run(sync(settings, args.versions, options, progress_for(sys.stderr)))
+    except (ConfigError, VersionError, ReferenceError) as exc:
+        print(f"mirror: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
+        return 130
+    if args.json:
+        payload = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
+        print(json.dumps(payload, indent=2))
+    else:
+        print_summary(results)
+    failures = [line for r in results for line in r.failures()]
+    for line in failures:
+        print(f"mirror: {line}", file=sys.stderr)
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+def print_summary(results: list[ReleaseResult]) -> None:
+    for release in results:
+        print(f"release {release.version}{' (dry run)' if release.dry_run else ''}")
+        for image in release.images:
+            print(f"  {image.name}  {image.source}  {image.source_digest or '-'}")
+            for target in image.targets:
+                state = "verified" if target.verified else (target.plan if target.action == "planned" else "FAILED")
+                print(f"    -> {target.target}: {target.action}, {state}")
+        for values in release.values:
+            print(f"  values for {values.target}: {values.path}")
+            print(f"    {values.helm_command}")
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

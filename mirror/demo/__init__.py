@@ -1,0 +1,1 @@
+"""Throwaway local registries and sample images: the demo, and the test suite's fixtures."""

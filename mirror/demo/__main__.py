@@ -1,0 +1,87 @@
+"""The demo: two throwaway local registries, a sample multi-arch HAMi release in the first, a real
+`mirror sync` into the second with a config shaped like the production one, and the values file printed.
+
+    python -m mirror.demo [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from mirror.demo.localregistry import start_registry
+from mirror.demo.sample import MiB, push_multiarch
+from mirror.registry import RegistryClient
+from mirror.settings import MirrorSettings
+
+VERSION = "v2.10.0"
+
+
+def demo_config(source_host: str, target_host: str, output_dir: Path) -> dict[str, object]:
+    production = yaml.safe_load(Path(__file__).resolve().parents[2].joinpath("config/mirror.yaml").read_text())
+    production["source"] = {"registry": source_host}
+    production["targets"] = [{"name": "demo-hangzhou", "registry": target_host, "namespace": "demo"}]
+    production["output_dir"] = str(output_dir)
+    production["registries"] = {source_host: {"plain_http": True}, target_host: {"plain_http": True}}
+    return dict(production)
+
+
+async def seed_source(host: str, settings: MirrorSettings) -> None:
+    client = RegistryClient.open(host, settings)
+    try:
+        hami = await push_multiarch(client, "projecthami/hami", VERSION, layer_sizes=(8 * MiB, 3 * MiB), seed=1)
+        certgen = await push_multiarch(client, "liangjw/kube-webhook-certgen", "v1.1.1", docker=True, seed=2)
+    finally:
+        await client.aclose()
+    for image in (hami, certgen):
+        print(f"seeded {host}/{image.repository}:{image.tag} {image.digest} "
+              f"({len(image.manifests)} manifests, {image.blob_bytes / 1e6:.1f} MB of blobs)")
+
+
+def run(cmd: list[str]) -> int:
+    print("\n$ " + " ".join(cmd), flush=True)
+    return subprocess.call(cmd)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="mirror-demo-"))
+    source = start_registry(workdir / "source")
+    target = start_registry(workdir / "target")
+    try:
+        print(f"source registry (stands in for Docker Hub): {source.host}")
+        print(f"target registry (stands in for ACR):        {target.host}")
+        config = demo_config(source.host, target.host, workdir / "out")
+        config_path = workdir / "mirror.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        asyncio.run(seed_source(source.host, MirrorSettings(**config)))  # type: ignore[arg-type]
+        mirror = [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config_path)]
+        if run(mirror) != 0:
+            return 1
+        values = workdir / "out" / "demo-hangzhou" / "hami-ack-values.yaml"
+        print(f"\n--- {values} ---\n{values.read_text()}")
+        print("Run it again: the fast path sends only HEAD requests to the source.")
+        before = len(source.access_log())
+        code = run(mirror)
+        after = source.access_log()[before:]
+        print(f"source requests on the re-run: {', '.join(sorted({f'{e.method}' for e in after}))} x{len(after)}")
+        return code
+    finally:
+        source.stop()
+        target.stop()
+        if args.keep:
+            print(f"work directory kept: {workdir}")
+        else:
+            subprocess.call(["rm", "-rf", str(workdir)])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""Run Debian's `docker-registry` (CNCF distribution) on a free loopback port, with its own storage."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
+
+
+class RegistryBinaryMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class AccessEntry:
+    method: str
+    path: str
+    status: int
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def registry_binary() -> str:
+    found = shutil.which("docker-registry") or (
+        "/usr/bin/docker-registry" if Path("/usr/bin/docker-registry").exists() else None
+    )
+    if not found:
+        raise RegistryBinaryMissing("docker-registry not found: apt-get install -y docker-registry")
+    return found
+
+
+@dataclass
+class LocalRegistry:
+    """A running registry. `host` is `127.0.0.1:port`, spoken to over plain HTTP."""
+
+    workdir: Path
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}"
+
+    @property
+    def storage(self) -> Path:
+        return self.workdir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "registry.log"
+
+    def access_log(self) -> list[AccessEntry]:
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return [
+            AccessEntry(m["method"], m["path"], int(m["status"]))
+            for line in text.splitlines()
+            if " - - [" in line and (m := _ACCESS.search(line))
+        ]
+
+    def blob_path(self, digest: str) -> Path:
+        hexpart = digest.removeprefix("sha256:")
+        return self.storage / "docker/registry/v2/blobs/sha256" / hexpart[:2] / hexpart / "data"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_registry(
+    workdir: Path,
+    *,
+    image_manifests_only: bool = False,
+    redirect_to: str | None = None,
+    htpasswd: Path | None = None,
+    auth: dict[str, Any] | None = None,
+    port: int | None = None,
+) -> LocalRegistry:
+    """Start a registry. `image_manifests_only` refuses manifests whose config is not an image config, as
+    ACR's personal edition does; `redirect_to` answers blob GET/HEAD with a 307 to that base URL, as Docker
+    Hub's CDN does; `htpasswd` turns on Basic auth; `auth` is a raw distribution auth section."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    config: dict[str, Any] = {
+        "version": 0.1,
+        "log": {"level": "error", "accesslog": {"disabled": False}},
+        "storage": {"filesystem": {"rootdirectory": str(workdir / "data")}, "delete": {"enabled": True}},
+        "http": {"addr": f"127.0.0.1:{port}"},
+    }
+    if image_manifests_only:
+        config["policy"] = {"repository": {"classes": ["image"]}}
+    if redirect_to:
+        config["middleware"] = {"storage": [{"name": "redirect", "options": {"baseurl": redirect_to}}]}
+    if htpasswd:
+        config["auth"] = {"htpasswd": {"realm": "mirror-test", "path": str(htpasswd)}}
+    if auth:
+        config["auth"] = auth
+    config_path = workdir / "config.yml"
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    log = (workdir / "registry.log").open("ab")
+    process = subprocess.Popen(
+        [registry_binary(), "serve", str(config_path)], stdout=log, stderr=subprocess.STDOUT
+    )
+    log.close()
+    registry = LocalRegistry(workdir, port, process)
+    _wait_ready(registry)
+    return registry
+
+
+def _wait_ready(registry: LocalRegistry, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if registry.process.poll() is not None:
+            raise RuntimeError(f"docker-registry exited: {registry.log_path.read_text(errors='replace')[-2000:]}")
+        try:
+            httpx.get(f"{registry.url}/v2/", timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    registry.stop()
+    raise RuntimeError(f"docker-registry on {registry.host} did not start within {timeout} s")

@@ -1,0 +1,179 @@
+"""A sync run: for each release and image, resolve the source, then per target plan, copy and verify;
+finally write the values file for each target where every image verified.
+
+    config -> jobs -> (per image) resolve -> plan -> copy -> verify -> (per target) values
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from mirror.engine.blobs import BlobOutcome, TargetBlobs
+from mirror.engine.copy import copy_to_target
+from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
+from mirror.engine.plan import plan_target
+from mirror.engine.tree import ManifestTree, load_tree
+from mirror.engine.verify import Verification, verify_copy
+from mirror.oci import Descriptor, ManifestError
+from mirror.progress import Progress
+from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
+from mirror.registry.errors import IntegrityError
+from mirror.release import version_key
+from mirror.report import ImageResult, ReleaseResult, TargetResult
+from mirror.settings import MirrorSettings
+from mirror.values import write_values
+
+# Failures that end one image's copy with a one-line reason; anything else is a bug and propagates.
+EXPECTED_FAILURES = (RegistryError, RegistryUnreachable, IntegrityError, ManifestError)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOptions:
+    target_names: tuple[str, ...] = ()
+    dry_run: bool = False
+    deep: bool = False
+    force: bool = False
+
+
+class Syncer:
+    """Runs release jobs over a set of open registry clients. One instance per run: it remembers which
+    blobs each target holds and which source trees it has fetched, so nothing is done twice."""
+
+    def __init__(
+        self, settings: MirrorSettings, clients: dict[str, RegistryClient], options: SyncOptions, progress: Progress
+    ) -> None:
+        self.settings = settings
+        self.clients = clients
+        self.options = options
+        self.progress = progress
+        self._transfer_limit = asyncio.Semaphore(settings.transfer.blob_concurrency)
+        self._blobs: dict[str, TargetBlobs] = {}
+        self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
+
+    def blobs_at(self, host: str, repositories: frozenset[str]) -> TargetBlobs:
+        state = self._blobs.get(host)
+        if state is None:
+            state = self._blobs[host] = TargetBlobs(self.clients[host], self._transfer_limit, repositories)
+        return state
+
+    async def run(self, jobs: list[ReleaseJob]) -> list[ReleaseResult]:
+        newest = max((j.version for j in jobs), key=version_key, default=None)
+        results = []
+        for job in jobs:
+            results.append(await self.run_release(job, latest=job.version == newest))
+        return results
+
+    async def run_release(self, job: ReleaseJob, latest: bool) -> ReleaseResult:
+        for host in {ref.repository.registry for image in job.images for ref in image.targets}:
+            repos = frozenset(r.repository.name for i in job.images for r in i.targets if r.repository.registry == host)
+            self.blobs_at(host, repos)
+        images = await asyncio.gather(*(self.run_image(image) for image in job.images))
+        result = ReleaseResult(job.version, dry_run=self.options.dry_run, images=list(images))
+        if not self.options.dry_run:
+            for name in result.verified_targets([t.name for t in job.targets]):
+                target = self.settings.target(name)
+                values = write_values(self.settings, target, job.version, latest)
+                result.values.append(values)
+                self.progress.event(f"{job.version} -> {name}: wrote {values.path}")
+        return result
+
+    async def run_image(self, job: ImageJob) -> ImageResult:
+        result = ImageResult(job.image.name, job.source_ref)
+        source = self.clients[job.source.registry]
+        try:
+            resolved = await source.head_manifest(job.source.name, job.tag)
+        except EXPECTED_FAILURES as exc:
+            result.error = str(exc)
+            return result
+        if resolved is None:
+            result.error = f"{job.source_ref}: tag not found at the source"
+            return result
+        result.source_digest = resolved.digest
+        result.targets = list(await asyncio.gather(*(self.run_target(job, ref, resolved) for ref in job.targets)))
+        return result
+
+    def source_tree(self, job: ImageJob, digest: str) -> asyncio.Task[ManifestTree]:
+        task = self._trees.get(digest)
+        if task is None:
+            source = self.clients[job.source.registry]
+            concurrency = self.settings.transfer.manifest_concurrency
+            task = self._trees[digest] = asyncio.ensure_future(load_tree(source, job.source.name, digest, concurrency))
+        return task
+
+    async def run_target(self, job: ImageJob, ref: TargetRef, resolved: Descriptor) -> TargetResult:
+        result = TargetResult(ref.name, f"{ref.repository}:{job.tag}")
+        try:
+            await self._copy_and_verify(job, ref, resolved, result)
+        except EXPECTED_FAILURES as exc:
+            result.action, result.error = "failed", str(exc)
+        if result.error:
+            self.progress.event(f"{job.image.name}:{job.tag} -> {ref.name}: FAILED: {result.error}")
+        return result
+
+    async def _copy_and_verify(self, job: ImageJob, ref: TargetRef, resolved: Descriptor, result: TargetResult) -> None:
+        client = self.clients[ref.repository.registry]
+        repository = ref.repository.name
+        label = f"{job.image.name}:{job.tag} -> {ref.name}"
+        current = await client.head_manifest(repository, job.tag)
+        if current is not None and current.digest == resolved.digest:
+            check = await self._verify(client, repository, job.tag, resolved.digest)
+            if check.ok:
+                result.action, result.digest, result.verified = "up-to-date", resolved.digest, True
+                self.progress.event(f"{label}: up to date, verified ({resolved.digest[:19]})")
+                return
+            self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
+        elif current is not None and not self.options.force:
+            result.error = (
+                f"drift: {ref.repository}:{job.tag} points at {current.digest}, the source at {resolved.digest}; "
+                "left alone (release tags should not move; --force overwrites)"
+            )
+            return
+        tree = await asyncio.shield(self.source_tree(job, resolved.digest))
+        blobs = self._blobs[ref.repository.registry]
+        plan = await plan_target(ref, tree, blobs, client)
+        result.plan = plan.describe()
+        if self.options.dry_run:
+            result.action = "planned"
+            self.progress.event(f"{label}: would {plan.describe()}")
+            return
+        self.progress.event(f"{label}: {plan.describe()}")
+        self.progress.expect(plan.bytes_to_copy)
+        stats = await copy_to_target(
+            plan,
+            job.tag,
+            self.clients[job.source.registry],
+            job.source.name,
+            client,
+            blobs,
+            self.settings.transfer.manifest_concurrency,
+            self.progress.advance,
+        )
+        result.action = "copied"
+        result.blobs = {outcome.value: stats.counts[outcome] for outcome in BlobOutcome}
+        result.bytes_uploaded = stats.bytes_uploaded
+        check = await self._verify(client, repository, job.tag, resolved.digest)
+        result.digest = resolved.digest
+        if not check.ok:
+            result.error = "verification failed: " + "; ".join(check.problems[:3])
+            return
+        result.verified = True
+        self.progress.event(f"{label}: copied and verified ({resolved.digest[:19]})")
+
+    async def _verify(self, client: RegistryClient, repository: str, tag: str, digest: str) -> Verification:
+        return await verify_copy(
+            client, repository, tag, digest, self.options.deep, self.settings.transfer.manifest_concurrency
+        )
+
+
+async def sync(
+    settings: MirrorSettings, versions: list[str], options: SyncOptions, progress: Progress
+) -> list[ReleaseResult]:
+    """Validate the request, open one client per registry host, run, close."""
+    jobs = build_release_jobs(settings, versions, list(options.target_names) or None)
+    clients = {host: RegistryClient.open(host, settings) for host in registry_hosts(jobs)}
+    try:
+        return await Syncer(settings, clients, options, progress).run(jobs)
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients.values()))
+        progress.close()

@@ -1,0 +1,54 @@
+"""A manifest tree: an index (or a single manifest) and every child manifest, as exact bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from mirror.oci import Descriptor, Manifest, ManifestError
+from mirror.registry import RegistryClient
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestTree:
+    root: Manifest
+    children: tuple[Manifest, ...]  # in the index's order; empty for a single manifest
+
+    @property
+    def digest(self) -> str:
+        return self.root.digest
+
+    @property
+    def images(self) -> tuple[Manifest, ...]:
+        """The image manifests: the index's children, or the root itself."""
+        return self.children if self.root.is_index else (self.root,)
+
+    def blobs(self) -> list[Descriptor]:
+        """Every distinct blob of every image, in first-seen order."""
+        seen: dict[str, Descriptor] = {}
+        for manifest in self.images:
+            for blob in manifest.blobs:
+                seen.setdefault(blob.digest, blob)
+        return list(seen.values())
+
+    def manifests(self) -> tuple[Manifest, ...]:
+        """Children first, root last: the order in which a registry accepts them."""
+        return (*self.children, self.root) if self.root.is_index else (self.root,)
+
+
+async def load_tree(client: RegistryClient, repository: str, digest: str, concurrency: int = 8) -> ManifestTree:
+    """Fetch the manifest `digest` and, for an index, each child by digest (each checked against its digest)."""
+    root = await client.get_manifest(repository, digest)
+    if not root.is_index:
+        return ManifestTree(root, ())
+    limit = asyncio.Semaphore(concurrency)
+
+    async def fetch(child: Descriptor) -> Manifest:
+        async with limit:
+            manifest = await client.get_manifest(repository, child.digest)
+        if manifest.is_index:
+            raise ManifestError(f"{client.where(repository, child.digest)}: nested indexes are not supported")
+        return manifest
+
+    children = await asyncio.gather(*(fetch(d) for d in root.manifests))
+    return ManifestTree(root, tuple(children))

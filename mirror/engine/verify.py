@@ -1,0 +1,51 @@
+"""Verification at the target: the tag resolves to the expected digest, every child manifest resolves by
+digest, every blob is there with the right size (and, with deep, the right sha256)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from mirror.engine.blobs import hash_blob
+from mirror.engine.tree import load_tree
+from mirror.oci import Descriptor
+from mirror.registry import RegistryClient, RegistryError
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+async def verify_copy(
+    client: RegistryClient, repository: str, tag: str, digest: str, deep: bool = False, concurrency: int = 8
+) -> Verification:
+    where = client.where(repository, tag)
+    resolved = await client.head_manifest(repository, tag)
+    if resolved is None:
+        return Verification((f"{where}: tag not found",))
+    if resolved.digest != digest:
+        return Verification((f"{where}: tag resolves to {resolved.digest}, expected {digest}",))
+    try:
+        tree = await load_tree(client, repository, digest, concurrency)
+    except RegistryError as exc:
+        return Verification((str(exc),))
+    limit = asyncio.Semaphore(concurrency)
+
+    async def check(blob: Descriptor) -> str | None:
+        async with limit:
+            if deep:
+                return await hash_blob(client, repository, blob)
+            size = await client.head_blob(repository, blob.digest)
+        if size is None:
+            return f"{client.where(repository, blob.digest)}: blob missing"
+        if size != blob.size:
+            return f"{client.where(repository, blob.digest)}: blob is {size} bytes, expected {blob.size}"
+        return None
+
+    results = await asyncio.gather(*(check(b) for b in tree.blobs()))
+    return Verification(tuple(p for p in results if p))

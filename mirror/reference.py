@@ -1,0 +1,106 @@
+"""Image references: parsing, validation and Docker Hub normalisation. Nothing here touches the network."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
+DOCKER_HUB_API_HOST = "registry-1.docker.io"
+
+# From the OCI distribution spec.
+_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
+_HOST = re.compile(r"^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?$")
+
+
+class ReferenceError(ValueError):
+    """A name, tag or digest that is not valid."""
+
+
+def is_valid_tag(tag: str) -> bool:
+    return bool(_TAG.match(tag))
+
+
+def is_valid_digest(digest: str) -> bool:
+    return bool(_DIGEST.match(digest))
+
+
+def validate_repository(repository: str) -> str:
+    if len(repository) > 255 or not _REPOSITORY.match(repository):
+        raise ReferenceError(f"invalid repository name {repository!r}")
+    return repository
+
+
+def validate_host(host: str) -> str:
+    if not _HOST.match(host):
+        raise ReferenceError(f"invalid registry host {host!r}")
+    return host
+
+
+def api_host(registry: str) -> str:
+    """The host to send API requests to: Docker Hub's aliases all answer at one API host."""
+    return DOCKER_HUB_API_HOST if registry in DOCKER_HUB_ALIASES else registry
+
+
+def normalise_repository(registry: str, repository: str) -> str:
+    """Docker Hub puts one-component names under `library/` (`nginx` -> `library/nginx`)."""
+    if api_host(registry) == DOCKER_HUB_API_HOST and "/" not in repository:
+        return f"library/{repository}"
+    return repository
+
+
+@dataclass(frozen=True, slots=True)
+class Repository:
+    """A repository at a registry: `registry` is the API host[:port]."""
+
+    registry: str
+    name: str
+
+    @classmethod
+    def of(cls, registry: str, name: str) -> Repository:
+        validate_host(registry)
+        return cls(api_host(registry), validate_repository(normalise_repository(registry, name)))
+
+    def __str__(self) -> str:
+        return f"{self.registry}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A tag or a digest in a repository."""
+
+    repository: Repository
+    identifier: str
+
+    def __post_init__(self) -> None:
+        if not (is_valid_tag(self.identifier) or is_valid_digest(self.identifier)):
+            raise ReferenceError(f"invalid tag or digest {self.identifier!r}")
+
+    @property
+    def is_digest(self) -> bool:
+        return is_valid_digest(self.identifier)
+
+    def __str__(self) -> str:
+        sep = "@" if self.is_digest else ":"
+        return f"{self.repository}{sep}{self.identifier}"
+
+
+def parse(text: str, default_registry: str = "docker.io") -> Reference:
+    """Parse `[registry/]repo[:tag][@digest]` the way docker does (a first component with a dot, a colon or
+    `localhost` is a registry)."""
+    rest = text
+    digest = None
+    if "@" in rest:
+        rest, digest = rest.split("@", 1)
+    first, _, remainder = rest.partition("/")
+    if remainder and ("." in first or ":" in first or first == "localhost"):
+        registry, path = first, remainder
+    else:
+        registry, path = default_registry, rest
+    tag = "latest"
+    name, sep, maybe_tag = path.rpartition(":")
+    if sep and "/" not in maybe_tag:
+        path, tag = name, maybe_tag
+    return Reference(Repository.of(registry, path), digest or tag)

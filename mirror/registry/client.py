@@ -1,0 +1,194 @@
+"""One registry host over the OCI distribution API: manifests, blobs, uploads, mounts and tags."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from mirror.oci import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest, ManifestError
+from mirror.reference import is_valid_digest
+from mirror.registry.errors import RegistryError, RegistryUnreachable, raise_for_response
+from mirror.registry.transport import open_http_client
+from mirror.settings import MirrorSettings
+
+MAX_TAG_PAGE_BYTES = 4 * 1024 * 1024
+MAX_TAG_PAGES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class UploadSession:
+    """Where to send the bytes of a started blob upload (absolute URL, query parameters kept)."""
+
+    url: httpx.URL
+
+
+class RegistryClient:
+    """Registry I/O for one host. Every method names the repository it acts on; nothing is cached here."""
+
+    def __init__(self, host: str, http: httpx.AsyncClient, chunk_size: int = 1024 * 1024) -> None:
+        self.host = host
+        self.http = http
+        self.chunk_size = chunk_size
+
+    @classmethod
+    def open(cls, host: str, settings: MirrorSettings) -> RegistryClient:
+        http = open_http_client(host, settings.registry(host), settings.transfer)
+        return cls(host, http, settings.transfer.chunk_size)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def where(self, repository: str, ref: str = "") -> str:
+        sep = "@" if is_valid_digest(ref) else ":"
+        return f"{self.host}/{repository}" + (f"{sep}{ref}" if ref else "")
+
+    async def _send(self, action: str, where: str, method: str, url: str | httpx.URL, **kwargs: Any) -> httpx.Response:
+        try:
+            return await self.http.request(method, url, **kwargs)
+        except httpx.TransportError as exc:
+            raise RegistryUnreachable(action, where, exc) from exc
+
+    # -- manifests ---------------------------------------------------------------------------------
+
+    async def head_manifest(self, repository: str, ref: str) -> Descriptor | None:
+        """The manifest's descriptor, or None when the registry does not have it. A HEAD is not a counted
+        pull on Docker Hub, so this is the cheap way to learn a tag's digest."""
+        where = self.where(repository, ref)
+        response = await self._send(
+            "resolve", where, "HEAD", f"/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT}
+        )
+        if response.status_code == 404:
+            return None
+        await raise_for_response(response, "resolve", where)
+        digest = response.headers.get("Docker-Content-Digest", "")
+        if not is_valid_digest(digest):
+            manifest = await self.get_manifest(repository, ref)
+            return Descriptor(manifest.media_type, manifest.digest, len(manifest.raw))
+        media_type = response.headers.get("Content-Type", "").split(";", 1)[0].strip()
+        return Descriptor(media_type, digest, int(response.headers.get("Content-Length", "0")))
+
+    async def get_manifest(self, repository: str, ref: str) -> Manifest:
+        """The manifest's exact bytes, checked against the digest asked for (or the one the registry named)."""
+        where = self.where(repository, ref)
+        try:
+            async with self.http.stream(
+                "GET", f"/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT}
+            ) as response:
+                await raise_for_response(response, "fetch manifest", where)
+                raw = bytearray()
+                async for chunk in response.aiter_raw():
+                    raw += chunk
+                    if len(raw) > MAX_MANIFEST_BYTES:
+                        raise RegistryError("fetch manifest", where, response.status_code, "", "manifest too large")
+        except httpx.TransportError as exc:
+            raise RegistryUnreachable("fetch manifest", where, exc) from exc
+        expected = ref if is_valid_digest(ref) else response.headers.get("Docker-Content-Digest") or None
+        try:
+            return Manifest.parse(bytes(raw), response.headers.get("Content-Type"), expected)
+        except ManifestError as exc:
+            raise RegistryError("fetch manifest", where, response.status_code, "MANIFEST_INVALID", str(exc)) from exc
+
+    async def put_manifest(self, repository: str, ref: str, manifest: Manifest) -> None:
+        """Push the manifest's original bytes, by digest or by tag."""
+        where = self.where(repository, ref)
+        response = await self._send(
+            "push manifest",
+            where,
+            "PUT",
+            f"/v2/{repository}/manifests/{ref}",
+            content=manifest.raw,
+            headers={"Content-Type": manifest.media_type},
+        )
+        await raise_for_response(response, "push manifest", where)
+        stored = response.headers.get("Docker-Content-Digest")
+        if stored and stored != manifest.digest:
+            raise RegistryError("push manifest", where, response.status_code, "DIGEST_INVALID",
+                                f"registry stored {stored}, pushed {manifest.digest}")
+
+    # -- blobs -------------------------------------------------------------------------------------
+
+    async def head_blob(self, repository: str, digest: str) -> int | None:
+        """The blob's size, or None when the repository does not have it."""
+        where = self.where(repository, digest)
+        response = await self._send(
+            "check blob", where, "HEAD", f"/v2/{repository}/blobs/{digest}", follow_redirects=True
+        )
+        if response.status_code == 404:
+            return None
+        await raise_for_response(response, "check blob", where)
+        return int(response.headers.get("Content-Length", "-1"))
+
+    @asynccontextmanager
+    async def open_blob(self, repository: str, digest: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream a blob's bytes, following redirects (Docker Hub answers blob GETs with a CDN redirect)."""
+        where = self.where(repository, digest)
+        try:
+            async with self.http.stream(
+                "GET", f"/v2/{repository}/blobs/{digest}", follow_redirects=True
+            ) as response:
+                await raise_for_response(response, "fetch blob", where)
+                yield response.aiter_raw(self.chunk_size)
+        except httpx.TransportError as exc:
+            raise RegistryUnreachable("fetch blob", where, exc) from exc
+
+    async def start_upload(
+        self, repository: str, mount_digest: str | None = None, mount_from: str | None = None
+    ) -> UploadSession | None:
+        """Start a blob upload. With a mount, None means the registry mounted the blob from `mount_from`
+        (201); otherwise (202) the returned session takes the bytes."""
+        where = self.where(repository)
+        params = {"mount": mount_digest, "from": mount_from} if mount_digest and mount_from else None
+        response = await self._send(
+            "start upload", where, "POST", f"/v2/{repository}/blobs/uploads/", params=params
+        )
+        await raise_for_response(response, "start upload", where)
+        if response.status_code == 201 and params:
+            return None
+        location = response.headers.get("Location")
+        if not location:
+            raise RegistryError("start upload", where, response.status_code, "", "no Location in the answer")
+        return UploadSession(self.http.base_url.join(location))
+
+    async def finish_upload(
+        self, repository: str, session: UploadSession, digest: str, size: int, body: bytes | AsyncIterable[bytes]
+    ) -> None:
+        """Send all the bytes in one PUT. Content-Length is always set: not every registry or proxy takes
+        chunked transfer encoding."""
+        where = self.where(repository, digest)
+        response = await self._send(
+            "upload blob",
+            where,
+            "PUT",
+            session.url.copy_merge_params({"digest": digest}),
+            content=body,
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+        )
+        await raise_for_response(response, "upload blob", where)
+
+    async def push_blob(self, repository: str, digest: str, data: bytes) -> None:
+        session = await self.start_upload(repository)
+        assert session is not None
+        await self.finish_upload(repository, session, digest, len(data), data)
+
+    # -- tags --------------------------------------------------------------------------------------
+
+    async def list_tags(self, repository: str) -> list[str]:
+        """Every tag, following `Link: <...>; rel="next"` pages as given."""
+        where = self.where(repository)
+        tags: list[str] = []
+        url: str | httpx.URL = f"/v2/{repository}/tags/list"
+        for _ in range(MAX_TAG_PAGES):
+            response = await self._send("list tags", where, "GET", url)
+            await raise_for_response(response, "list tags", where)
+            if len(response.content) > MAX_TAG_PAGE_BYTES:
+                raise RegistryError("list tags", where, response.status_code, "", "tag page too large")
+            tags.extend(response.json().get("tags") or [])
+            next_link = response.links.get("next", {}).get("url")
+            if not next_link:
+                return tags
+            url = self.http.base_url.join(next_link)
+        raise RegistryError("list tags", where, 200, "", f"more than {MAX_TAG_PAGES} pages")

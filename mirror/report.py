@@ -1,0 +1,101 @@
+"""The run report: what happened to each image at each target, and which values files were written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mirror.values import ValuesFile
+
+
+@dataclass
+class TargetResult:
+    target: str
+    reference: str
+    action: str = "failed"  # up-to-date | copied | planned | failed
+    digest: str | None = None
+    verified: bool = False
+    blobs: dict[str, int] = field(default_factory=dict)  # present / mounted / uploaded counts
+    bytes_uploaded: int = 0
+    plan: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "target": self.target,
+            "reference": self.reference,
+            "digest": self.digest,
+            "verified": self.verified,
+            "action": self.action,
+            "blobs": self.blobs,
+            "bytes_uploaded": self.bytes_uploaded,
+        }
+        if self.plan is not None:
+            data["plan"] = self.plan
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+
+@dataclass
+class ImageResult:
+    name: str
+    source: str
+    source_digest: str | None = None
+    targets: list[TargetResult] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "source": self.source,
+            "source_digest": self.source_digest,
+            "targets": [t.to_json() for t in self.targets],
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+
+@dataclass
+class ReleaseResult:
+    version: str
+    dry_run: bool = False
+    images: list[ImageResult] = field(default_factory=list)
+    values: list[ValuesFile] = field(default_factory=list)
+
+    def verified_targets(self, target_names: list[str]) -> list[str]:
+        """Targets at which every image of the release verified."""
+        return [
+            name
+            for name in target_names
+            if all(
+                image.error is None and any(t.target == name and t.verified for t in image.targets)
+                for image in self.images
+            )
+        ]
+
+    def failures(self) -> list[str]:
+        lines = []
+        for image in self.images:
+            if image.error:
+                lines.append(f"{self.version} {image.name}: {image.error}")
+            for target in image.targets:
+                if target.error:
+                    lines.append(f"{self.version} {image.name} -> {target.target}: {target.error}")
+                elif not target.verified and not self.dry_run:
+                    lines.append(f"{self.version} {image.name} -> {target.target}: not verified")
+        return lines
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "ok": self.ok,
+            "dry_run": self.dry_run,
+            "images": [i.to_json() for i in self.images],
+            "values": [{"target": v.target, "path": str(v.path), "helm": v.helm_command} for v in self.values],
+        }

@@ -1,0 +1,225 @@
+"""Configuration: one YAML file (default config/mirror.yaml), overridden by MIRROR_* environment variables."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from mirror import reference
+from mirror.release import normalise_version
+
+DEFAULT_CONFIG_PATH = Path("config/mirror.yaml")
+VERSION_PLACEHOLDER = "{version}"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; the message names each offending key."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RegistrySettings(_Model):
+    """Transport settings for one registry host[:port]."""
+
+    plain_http: bool = False
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    max_connections: int = Field(default=16, ge=1, le=256)
+
+    def password_value(self) -> str | None:
+        if self.password is not None:
+            return self.password.get_secret_value()
+        if self.password_file is not None:
+            return self.password_file.read_text(encoding="utf-8").rstrip("\r\n")
+        return None
+
+
+class SourceSettings(_Model):
+    registry: str = "docker.io"
+
+    @field_validator("registry")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return reference.validate_host(value)
+
+
+class TargetSettings(_Model):
+    name: str
+    registry: str
+    namespace: str
+    vpc_registry: str | None = None
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("registry", "vpc_registry")
+    @classmethod
+    def _host(cls, value: str | None) -> str | None:
+        return None if value is None else reference.validate_host(value)
+
+
+class ImageSettings(_Model):
+    name: str
+    source: str
+    tag: str = VERSION_PLACEHOLDER
+    values_keys: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"{value!r} must be one repository component (lower-case, no '/')")
+        return value
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        return reference.validate_repository(value)
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, value: str) -> str:
+        if not reference.is_valid_tag(value.replace(VERSION_PLACEHOLDER, "v0.0.0")):
+            raise ValueError(f"{value!r} is not a valid tag (the only placeholder is {VERSION_PLACEHOLDER})")
+        return value
+
+    @field_validator("values_keys")
+    @classmethod
+    def _keys(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if not all(part.isidentifier() for part in key.split(".")):
+                raise ValueError(f"{key!r} is not a dotted Helm values key")
+        return value
+
+    @property
+    def follows_release(self) -> bool:
+        return VERSION_PLACEHOLDER in self.tag
+
+    def tag_for(self, version: str) -> str:
+        return self.tag.replace(VERSION_PLACEHOLDER, normalise_version(version))
+
+
+class ValuesSettings(_Model):
+    """The Helm values file written for each verified target."""
+
+    file_name: str = "hami-ack-values.yaml"
+    extra: dict[str, Any] = Field(default_factory=lambda: {"devicePlugin": {"nvidiaDriverRoot": "/"}})
+    release: str = "hami"
+    chart: str = "hami-charts/hami"
+    kube_namespace: str = "kube-system"
+
+    @field_validator("file_name")
+    @classmethod
+    def _file_name(cls, value: str) -> str:
+        if "/" in value or value in {"", ".", ".."}:
+            raise ValueError("must be a plain file name")
+        return value
+
+
+class TransferSettings(_Model):
+    blob_concurrency: int = Field(default=4, ge=1, le=64)
+    manifest_concurrency: int = Field(default=8, ge=1, le=64)
+    chunk_size: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float = Field(default=120.0, gt=0)
+
+
+class MirrorSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MIRROR_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    source: SourceSettings = SourceSettings()
+    targets: list[TargetSettings] = Field(min_length=1)
+    images: list[ImageSettings] = Field(min_length=1)
+    output_dir: Path = Path("out")
+    registries: dict[str, RegistrySettings] = Field(default_factory=dict)
+    transfer: TransferSettings = TransferSettings()
+    values: ValuesSettings = ValuesSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init kwargs; the environment overrides it.
+        return env_settings, init_settings
+
+    @field_validator("registries")
+    @classmethod
+    def _hosts(cls, value: dict[str, RegistrySettings]) -> dict[str, RegistrySettings]:
+        for host in value:
+            reference.validate_host(host)
+        return value
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> MirrorSettings:
+        for kind, names in (("targets", [t.name for t in self.targets]), ("images", [i.name for i in self.images])):
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"{kind}: duplicate name(s) {', '.join(duplicates)}")
+        return self
+
+    def registry(self, host: str) -> RegistrySettings:
+        """Per-host settings, matched on the host as configured or as its API host (docker.io aliases)."""
+        api = reference.api_host(host)
+        for key, value in self.registries.items():
+            if key == host or reference.api_host(key) == api:
+                return value
+        return RegistrySettings()
+
+    def target(self, name: str) -> TargetSettings:
+        for target in self.targets:
+            if target.name == name:
+                return target
+        known = ", ".join(t.name for t in self.targets)
+        raise ConfigError(f"--target {name!r}: no such target (configured: {known})")
+
+
+def load_settings(path: Path | None = None) -> MirrorSettings:
+    """Read the YAML file, apply MIRROR_* overrides, validate. Raises ConfigError naming each bad key."""
+    path = path or Path(os.environ.get("MIRROR_CONFIG", DEFAULT_CONFIG_PATH))
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    try:
+        settings = MirrorSettings(**data)
+    except ValidationError as exc:
+        raise ConfigError(f"config file {path}:\n" + format_validation_error(exc)) from None
+    except ValueError as exc:  # raised by a settings source, e.g. a MIRROR_* variable that is not valid JSON
+        raise ConfigError(f"config file {path}: {exc}") from None
+    for host, registry in settings.registries.items():
+        if registry.password_file is not None and not registry.password_file.is_file():
+            raise ConfigError(f"registries.{host}.password_file: {registry.password_file} is not a readable file")
+    return settings
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False):
+        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        lines.append(f"  {key}: {error['msg']}")
+    return "\n".join(lines)
