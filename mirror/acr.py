@@ -6,7 +6,10 @@ import re
 
 # (public form, VPC form) for each edition; see the README's endpoint table.
 _VPC_FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^registry-intl\.(?P<region>[a-z0-9-]+)\.aliyuncs\.com$"), "registry-intl-vpc.{region}.aliyuncs.com"),
+    (
+        re.compile(r"^registry-intl\.(?P<region>[a-z0-9-]+)\.aliyuncs\.com$"),
+        "registry-intl-vpc.{region}.aliyuncs.com",
+    ),
     (re.compile(r"^registry\.(?P<region>[a-z0-9-]+)\.aliyuncs\.com$"), "registry-vpc.{region}.aliyuncs.com"),
     (
         re.compile(r"^crpi-(?P<id>[a-z0-9]+)\.(?P<region>[a-z0-9-]+)\.personal\.cr\.aliyuncs\.com$"),

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mirror import reference
@@ -139,9 +147,7 @@ class TransferSettings(_Model):
 
 
 class MirrorSettings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="MIRROR_", env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix="MIRROR_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
     source: SourceSettings = SourceSettings()
     targets: list[TargetSettings] = Field(min_length=1)
@@ -172,7 +178,10 @@ class MirrorSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _unique_names(self) -> MirrorSettings:
-        for kind, names in (("targets", [t.name for t in self.targets]), ("images", [i.name for i in self.images])):
+        for kind, names in (
+            ("targets", [t.name for t in self.targets]),
+            ("images", [i.name for i in self.images]),
+        ):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
                 raise ValueError(f"{kind}: duplicate name(s) {', '.join(duplicates)}")

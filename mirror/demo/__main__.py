@@ -40,8 +40,10 @@ async def seed_source(host: str, settings: MirrorSettings) -> None:
     finally:
         await client.aclose()
     for image in (hami, certgen):
-        print(f"seeded {host}/{image.repository}:{image.tag} {image.digest} "
-              f"({len(image.manifests)} manifests, {image.blob_bytes / 1e6:.1f} MB of blobs)")
+        print(
+            f"seeded {host}/{image.repository}:{image.tag} {image.digest} "
+            f"({len(image.manifests)} manifests, {image.blob_bytes / 1e6:.1f} MB of blobs)"
+        )
 
 
 def run(cmd: list[str]) -> int:

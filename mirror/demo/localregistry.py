@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import yaml
@@ -70,7 +71,7 @@ class LocalRegistry:
     def access_log(self) -> list[AccessEntry]:
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return [
-            AccessEntry(m["method"], m["path"], int(m["status"]))
+            AccessEntry(m["method"], unquote(m["path"]), int(m["status"]))
             for line in text.splitlines()
             if " - - [" in line and (m := _ACCESS.search(line))
         ]
@@ -120,9 +121,7 @@ def start_registry(
     config_path = workdir / "config.yml"
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     log = (workdir / "registry.log").open("ab")
-    process = subprocess.Popen(
-        [registry_binary(), "serve", str(config_path)], stdout=log, stderr=subprocess.STDOUT
-    )
+    process = subprocess.Popen([registry_binary(), "serve", str(config_path)], stdout=log, stderr=subprocess.STDOUT)
     log.close()
     registry = LocalRegistry(workdir, port, process)
     _wait_ready(registry)

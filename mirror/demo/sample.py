@@ -42,7 +42,7 @@ class SampleBuilder:
     def __init__(self, client: RegistryClient, repository: str, seed: int = 0) -> None:
         self.client = client
         self.repository = repository
-        self.random = random.Random(seed)  # noqa: S311 - test data, not secrets
+        self.random = random.Random(seed)
         self.image = SampleImage(repository, "", "", "")
 
     async def blob(self, data: bytes, media_type: str) -> dict[str, Any]:
@@ -62,13 +62,13 @@ class SampleBuilder:
         self.image.manifests[manifest.digest] = raw
         return {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(raw)}
 
-    async def image_manifest(
-        self, platform: str, layers: list[bytes], docker: bool = False
-    ) -> dict[str, Any]:
+    async def image_manifest(self, platform: str, layers: list[bytes], docker: bool = False) -> dict[str, Any]:
         os_name, arch = platform.split("/")[:2]
         config_type = oci.DOCKER_CONFIG if docker else oci.OCI_CONFIG
         layer_type = (
-            "application/vnd.docker.image.rootfs.diff.tar.gzip" if docker else "application/vnd.oci.image.layer.v1.tar+gzip"
+            "application/vnd.docker.image.rootfs.diff.tar.gzip"
+            if docker
+            else "application/vnd.oci.image.layer.v1.tar+gzip"
         )
         config = json.dumps({"architecture": arch, "os": os_name, "rootfs": {"type": "layers", "diff_ids": []}})
         doc = {
@@ -136,8 +136,14 @@ async def push_multiarch(
 
 
 async def push_single(
-    client: RegistryClient, repository: str, tag: str, *, layer_sizes: tuple[int, ...] = (1 * MiB,),
-    shared_layers: tuple[bytes, ...] = (), docker: bool = True, seed: int = 0,
+    client: RegistryClient,
+    repository: str,
+    tag: str,
+    *,
+    layer_sizes: tuple[int, ...] = (1 * MiB,),
+    shared_layers: tuple[bytes, ...] = (),
+    docker: bool = True,
+    seed: int = 0,
 ) -> SampleImage:
     """One single-platform image manifest, tagged."""
     builder = SampleBuilder(client, repository, seed)

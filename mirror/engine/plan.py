@@ -48,9 +48,7 @@ def _mb(size: int) -> str:
     return f"{size / 1_000_000:.1f} MB"
 
 
-async def plan_target(
-    ref: TargetRef, tree: ManifestTree, blobs: TargetBlobs, client: RegistryClient
-) -> TargetPlan:
+async def plan_target(ref: TargetRef, tree: ManifestTree, blobs: TargetBlobs, client: RegistryClient) -> TargetPlan:
     """HEAD each child manifest and each blob the missing children need."""
     repository = ref.repository.name
     missing_children: list[Manifest] = []

@@ -41,7 +41,11 @@ class Syncer:
     blobs each target holds and which source trees it has fetched, so nothing is done twice."""
 
     def __init__(
-        self, settings: MirrorSettings, clients: dict[str, RegistryClient], options: SyncOptions, progress: Progress
+        self,
+        settings: MirrorSettings,
+        clients: dict[str, RegistryClient],
+        options: SyncOptions,
+        progress: Progress,
     ) -> None:
         self.settings = settings
         self.clients = clients

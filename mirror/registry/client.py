@@ -106,8 +106,13 @@ class RegistryClient:
         await raise_for_response(response, "push manifest", where)
         stored = response.headers.get("Docker-Content-Digest")
         if stored and stored != manifest.digest:
-            raise RegistryError("push manifest", where, response.status_code, "DIGEST_INVALID",
-                                f"registry stored {stored}, pushed {manifest.digest}")
+            raise RegistryError(
+                "push manifest",
+                where,
+                response.status_code,
+                "DIGEST_INVALID",
+                f"registry stored {stored}, pushed {manifest.digest}",
+            )
 
     # -- blobs -------------------------------------------------------------------------------------
 
@@ -127,9 +132,7 @@ class RegistryClient:
         """Stream a blob's bytes, following redirects (Docker Hub answers blob GETs with a CDN redirect)."""
         where = self.where(repository, digest)
         try:
-            async with self.http.stream(
-                "GET", f"/v2/{repository}/blobs/{digest}", follow_redirects=True
-            ) as response:
+            async with self.http.stream("GET", f"/v2/{repository}/blobs/{digest}", follow_redirects=True) as response:
                 await raise_for_response(response, "fetch blob", where)
                 yield response.aiter_raw(self.chunk_size)
         except httpx.TransportError as exc:
@@ -142,9 +145,7 @@ class RegistryClient:
         (201); otherwise (202) the returned session takes the bytes."""
         where = self.where(repository)
         params = {"mount": mount_digest, "from": mount_from} if mount_digest and mount_from else None
-        response = await self._send(
-            "start upload", where, "POST", f"/v2/{repository}/blobs/uploads/", params=params
-        )
+        response = await self._send("start upload", where, "POST", f"/v2/{repository}/blobs/uploads/", params=params)
         await raise_for_response(response, "start upload", where)
         if response.status_code == 201 and params:
             return None
@@ -154,7 +155,12 @@ class RegistryClient:
         return UploadSession(self.http.base_url.join(location))
 
     async def finish_upload(
-        self, repository: str, session: UploadSession, digest: str, size: int, body: bytes | AsyncIterable[bytes]
+        self,
+        repository: str,
+        session: UploadSession,
+        digest: str,
+        size: int,
+        body: bytes | AsyncIterable[bytes],
     ) -> None:
         """Send all the bytes in one PUT. Content-Length is always set: not every registry or proxy takes
         chunked transfer encoding."""

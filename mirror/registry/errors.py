@@ -55,9 +55,12 @@ async def raise_for_response(response: httpx.Response, action: str, where: str) 
         return
     body = b""
     if response.request.method != "HEAD":
-        async for chunk in response.aiter_raw():
-            body += chunk
-            if len(body) >= MAX_ERROR_BODY:
-                break
+        try:
+            body = response.content
+        except httpx.ResponseNotRead:  # a streamed response: read no more than we need
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) >= MAX_ERROR_BODY:
+                    break
     code, message = parse_error_body(body)
     raise RegistryError(action, where, response.status_code, code, message)

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole check: lint, types, and the test suite against real local registries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+echo "== ruff" && .venv/bin/ruff check mirror tests
+echo "== ruff format" && .venv/bin/ruff format --check mirror tests
+echo "== mypy" && .venv/bin/mypy
+echo "== pytest" && exec .venv/bin/pytest "$@"

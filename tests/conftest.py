@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mirror.demo.localregistry import LocalRegistry, start_registry
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("MIRROR_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Iterator[LocalRegistry]:
+    registry = start_registry(tmp_path / "source")
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[LocalRegistry]:
+    registry = start_registry(tmp_path / "target")
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture
+def acr_like(tmp_path: Path) -> Iterator[LocalRegistry]:
+    """A target that refuses non-image manifest classes, as ACR's personal edition does."""
+    registry = start_registry(tmp_path / "acr", image_manifests_only=True)
+    yield registry
+    registry.stop()

@@ -1,0 +1,167 @@
+"""Test helpers: registries, a CDN stand-in, config files and synchronous registry probes."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import yaml
+
+from mirror.demo.localregistry import AccessEntry, LocalRegistry
+from mirror.oci import MANIFEST_ACCEPT
+from mirror.registry import RegistryClient
+from mirror.settings import MirrorSettings
+
+T = TypeVar("T")
+
+
+def run_async(make: Callable[[], Awaitable[T]]) -> T:
+    async def runner() -> T:
+        return await make()
+
+    return asyncio.run(runner())
+
+
+def plain_settings(*hosts: str) -> MirrorSettings:
+    return MirrorSettings(
+        targets=[{"name": "t", "registry": hosts[0], "namespace": "ns"}],  # type: ignore[list-item]
+        images=[{"name": "x", "source": "a/b"}],  # type: ignore[list-item]
+        registries={h: {"plain_http": True} for h in hosts},  # type: ignore[misc]
+    )
+
+
+def with_client(registry: LocalRegistry, action: Callable[[RegistryClient], Awaitable[T]]) -> T:
+    async def go() -> T:
+        client = RegistryClient.open(registry.host, plain_settings(registry.host))
+        try:
+            return await action(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def manifest_digest(registry: LocalRegistry, repository: str, ref: str) -> str | None:
+    response = httpx.head(f"{registry.url}/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT})
+    return response.headers["Docker-Content-Digest"] if response.status_code == 200 else None
+
+
+def manifest_bytes(registry: LocalRegistry, repository: str, ref: str) -> bytes:
+    response = httpx.get(f"{registry.url}/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT})
+    response.raise_for_status()
+    return response.content
+
+
+def blob_exists(registry: LocalRegistry, repository: str, digest: str) -> bool:
+    return httpx.head(f"{registry.url}/v2/{repository}/blobs/{digest}").status_code in (200, 307)
+
+
+def requests_since(registry: LocalRegistry, mark: int) -> list[AccessEntry]:
+    return registry.access_log()[mark:]
+
+
+def write_config(
+    path: Path,
+    source: LocalRegistry,
+    targets: list[LocalRegistry],
+    images: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> Path:
+    config: dict[str, Any] = {
+        "source": {"registry": source.host},
+        "targets": [{"name": f"t{i}", "registry": t.host, "namespace": "mirrored"} for i, t in enumerate(targets)],
+        "images": images
+        or [
+            {
+                "name": "hami",
+                "source": "projecthami/hami",
+                "tag": "{version}",
+                "values_keys": ["scheduler.extender.image", "devicePlugin.image", "devicePlugin.monitor.image"],
+            },
+            {
+                "name": "kube-webhook-certgen",
+                "source": "liangjw/kube-webhook-certgen",
+                "tag": "v1.1.1",
+                "values_keys": ["scheduler.patch.imageNew"],
+            },
+        ],
+        "output_dir": str(path.parent / "out"),
+        "registries": {r.host: {"plain_http": True} for r in [source, *targets]},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+@dataclass
+class CdnServer:
+    """Serves a registry's storage directory the way Docker Hub's CDN serves redirected blob GETs, and
+    remembers which requests carried an Authorization header. `delay` slows each response down."""
+
+    root: Path
+    delay: float = 0.0
+    seen_authorization: list[str] = field(default_factory=list)
+    requests: int = 0
+    server: http.server.ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@contextmanager
+def cdn_server(root: Path, delay: float = 0.0) -> Iterator[CdnServer]:
+    cdn = CdnServer(root, delay)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _serve(self, body: bool) -> None:
+            cdn.requests += 1
+            if "Authorization" in self.headers:
+                cdn.seen_authorization.append(self.path)
+            path = (cdn.root / self.path.split("?", 1)[0].lstrip("/")).resolve()
+            if not path.is_relative_to(cdn.root.resolve()) or not path.is_file():
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            data = path.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Type", "application/octet-stream")
+            self.end_headers()
+            if not body:
+                return
+            step = max(1, len(data) // 10)
+            for start in range(0, len(data), step):
+                if cdn.delay:
+                    time.sleep(cdn.delay / 10)
+                self.wfile.write(data[start : start + step])
+
+        def do_GET(self) -> None:
+            self._serve(True)
+
+        def do_HEAD(self) -> None:
+            self._serve(False)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    cdn.server = server
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield cdn
+    finally:
+        server.shutdown()
+        server.server_close()
