@@ -22,8 +22,9 @@ fi
 stamp=.venv/.bootstrap-stamp
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "bootstrap: installing mirror and its dev tools into .venv" >&2
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c 'import mirror, httpx, pydantic_settings, pytest' 
+  if ! .venv/bin/python -m pip install -e '.[dev]' >.venv/pip.log 2>&1; then
+    tail -n 40 .venv/pip.log >&2
+    exit 1
+  fi
   touch "$stamp"
 fi

@@ -80,7 +80,7 @@ class RegistryClient:
             ) as response:
                 await raise_for_response(response, "fetch manifest", where)
                 raw = bytearray()
-                async for chunk in response.aiter_raw():
+                async for chunk in response.aiter_bytes():
                     raw += chunk
                     if len(raw) > MAX_MANIFEST_BYTES:
                         raise RegistryError("fetch manifest", where, response.status_code, "", "manifest too large")

@@ -1,0 +1,87 @@
+"""The values file: the seed's shape, the VPC host for every ACR endpoint form, and the helm line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mirror.acr import vpc_host_for
+from mirror.settings import MirrorSettings, load_settings
+from mirror.values import build_values, render_values, write_values
+
+GOLDEN = Path(__file__).parent / "golden" / "hami-ack-values.seed.yaml"
+DEFAULT_CONFIG = Path(__file__).parents[1] / "config" / "mirror.yaml"
+
+
+def seed_values(region: str, namespace: str) -> object:
+    text = GOLDEN.read_text(encoding="utf-8")
+    return yaml.safe_load(text.replace("<个人版实例所在的地域>", region).replace("<namespace>", namespace))
+
+
+def settings_for(registry: str, namespace: str = "my-ns", **target: str) -> MirrorSettings:
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    data["targets"] = [{"name": "t", "registry": registry, "namespace": namespace, **target}]
+    return MirrorSettings(**data)
+
+
+@pytest.mark.parametrize("region", ["hangzhou", "beijing", "shenzhen"])
+def test_default_config_renders_the_seed_example(region: str) -> None:
+    settings = settings_for(f"registry.cn-{region}.aliyuncs.com")
+    values = build_values(settings.targets[0], settings.images, settings.values)
+    assert values == seed_values(region, "my-ns")
+    assert yaml.safe_load(render_values(values, "header\nline two")) == values
+
+
+@pytest.mark.parametrize(
+    ("public", "vpc"),
+    [
+        ("registry.cn-hangzhou.aliyuncs.com", "registry-vpc.cn-hangzhou.aliyuncs.com"),
+        ("registry.ap-southeast-1.aliyuncs.com", "registry-vpc.ap-southeast-1.aliyuncs.com"),
+        (
+            "crpi-abc123xyz.cn-shanghai.personal.cr.aliyuncs.com",
+            "crpi-abc123xyz-vpc.cn-shanghai.personal.cr.aliyuncs.com",
+        ),
+        ("myinst-registry.cn-beijing.cr.aliyuncs.com", "myinst-registry-vpc.cn-beijing.cr.aliyuncs.com"),
+        ("my-inst-2-registry.cn-beijing.cr.aliyuncs.com", "my-inst-2-registry-vpc.cn-beijing.cr.aliyuncs.com"),
+        ("registry-intl.eu-central-1.aliyuncs.com", "registry-intl-vpc.eu-central-1.aliyuncs.com"),
+        ("registry-vpc.cn-hangzhou.aliyuncs.com", "registry-vpc.cn-hangzhou.aliyuncs.com"),
+        ("registry-intl-vpc.us-west-1.aliyuncs.com", "registry-intl-vpc.us-west-1.aliyuncs.com"),
+        ("crpi-abc-vpc.cn-shanghai.personal.cr.aliyuncs.com", "crpi-abc-vpc.cn-shanghai.personal.cr.aliyuncs.com"),
+        ("127.0.0.1:5000", "127.0.0.1:5000"),
+        ("harbor.example.com", "harbor.example.com"),
+    ],
+)
+def test_vpc_host_for_every_endpoint_form(public: str, vpc: str) -> None:
+    assert vpc_host_for(public) == vpc
+    settings = settings_for(public)
+    values = build_values(settings.targets[0], settings.images, settings.values)
+    assert values["devicePlugin"]["image"]["registry"] == vpc
+    assert values["scheduler"]["patch"]["imageNew"] == {"registry": vpc, "repository": "my-ns/kube-webhook-certgen"}
+
+
+def test_explicit_vpc_registry_wins() -> None:
+    settings = settings_for("registry.cn-hangzhou.aliyuncs.com", vpc_registry="mirror.internal:5000")
+    values = build_values(settings.targets[0], settings.images, settings.values)
+    assert values["scheduler"]["extender"]["image"]["registry"] == "mirror.internal:5000"
+
+
+def test_written_atomically_per_version_and_latest(tmp_path: Path) -> None:
+    settings = settings_for("registry.cn-hangzhou.aliyuncs.com").model_copy(update={"output_dir": tmp_path})
+    older = write_values(settings, settings.targets[0], "v2.9.0", latest=False)
+    newest = write_values(settings, settings.targets[0], "v2.10.0", latest=True)
+    assert older.path == tmp_path / "t" / "v2.9.0" / "hami-ack-values.yaml"
+    assert newest.path == tmp_path / "t" / "hami-ack-values.yaml"
+    assert (tmp_path / "t" / "v2.10.0" / "hami-ack-values.yaml").read_text() == newest.path.read_text()
+    assert yaml.safe_load(newest.path.read_text()) == seed_values("hangzhou", "my-ns")
+    latest_path = tmp_path / "t" / "hami-ack-values.yaml"
+    assert newest.helm_command == f"helm install hami hami-charts/hami -n kube-system --version 2.10.0 -f {latest_path}"
+    assert [p.name for p in (tmp_path / "t").iterdir() if p.name.startswith(".")] == []
+
+
+def test_default_config_file_loads() -> None:
+    settings = load_settings(DEFAULT_CONFIG)
+    assert [i.source for i in settings.images] == ["projecthami/hami", "liangjw/kube-webhook-certgen"]
+    assert settings.images[0].tag_for("2.10.0") == "v2.10.0"
+    assert settings.images[1].tag_for("2.10.0") == "v1.1.1"
