@@ -55,6 +55,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     workdir = Path(tempfile.mkdtemp(prefix="mirror-demo-"))
     source = start_registry(workdir / "source")
     target = start_registry(workdir / "target")
@@ -69,7 +70,7 @@ def main() -> int:
         if run(mirror) != 0:
             return 1
         values = workdir / "out" / "demo-hangzhou" / "hami-ack-values.yaml"
-        print(f"\n--- {values} ---\n{values.read_text()}")
+        print(f"\n--- {values} (removed when the demo ends; --keep keeps it) ---\n{values.read_text()}")
         print("Run it again: the fast path sends only HEAD requests to the source.")
         before = len(source.access_log())
         code = run(mirror)

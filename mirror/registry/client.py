@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -180,6 +181,20 @@ class RegistryClient:
         assert session is not None
         await self.finish_upload(repository, session, digest, len(data), data)
 
+    async def _read_capped(self, action: str, where: str, url: str | httpx.URL, limit: int) -> tuple[bytes, str | None]:
+        """GET a small document, refusing bodies over `limit` bytes; returns the body and the next-page link."""
+        try:
+            async with self.http.stream("GET", url) as response:
+                await raise_for_response(response, action, where)
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        raise RegistryError(action, where, response.status_code, "", f"answer over {limit} bytes")
+                return bytes(body), response.links.get("next", {}).get("url")
+        except httpx.TransportError as exc:
+            raise RegistryUnreachable(action, where, exc) from exc
+
     # -- tags --------------------------------------------------------------------------------------
 
     async def list_tags(self, repository: str) -> list[str]:
@@ -188,12 +203,11 @@ class RegistryClient:
         tags: list[str] = []
         url: str | httpx.URL = f"/v2/{repository}/tags/list"
         for _ in range(MAX_TAG_PAGES):
-            response = await self._send("list tags", where, "GET", url)
-            await raise_for_response(response, "list tags", where)
-            if len(response.content) > MAX_TAG_PAGE_BYTES:
-                raise RegistryError("list tags", where, response.status_code, "", "tag page too large")
-            tags.extend(response.json().get("tags") or [])
-            next_link = response.links.get("next", {}).get("url")
+            page, next_link = await self._read_capped("list tags", where, url, MAX_TAG_PAGE_BYTES)
+            try:
+                tags.extend(json.loads(page).get("tags") or [])
+            except (ValueError, AttributeError) as exc:
+                raise RegistryError("list tags", where, 200, "", f"not a tag list: {exc}") from exc
             if not next_link:
                 return tags
             url = self.http.base_url.join(next_link)

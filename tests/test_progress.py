@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import io
+
+from mirror.progress import Progress, TerminalProgress, progress_for
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_terminal_gets_a_redrawn_status_line() -> None:
+    screen = FakeTerminal()
+    progress = progress_for(screen)
+    assert isinstance(progress, TerminalProgress)
+    progress.event("hami:v2.10.0 -> hz: push 5 manifest(s)")
+    progress.expect(4_000_000)
+    progress.advance(1_000_000)
+    progress.close()
+    text = screen.getvalue()
+    assert "hami:v2.10.0 -> hz: push 5 manifest(s)\n" in text
+    assert "1.0 / 4.0 MB  ( 25.0%)" in text
+    assert "\r\x1b[K" in text
+
+
+def test_plain_logs_when_not_a_terminal() -> None:
+    progress = progress_for(io.StringIO())
+    assert type(progress) is Progress
+    progress.expect(10)
+    progress.advance(10)
+    assert progress.done_bytes == progress.total_bytes == 10
