@@ -64,10 +64,12 @@ async def _open_chunks(client: RegistryClient, repository: str, digest: str) -> 
             yield chunk
 
 
-@dataclass
-class _Transfer:
+@dataclass(frozen=True, slots=True)
+class BlobOrigin:
+    """Where a blob's bytes come from: a repository at the source registry."""
+
+    client: RegistryClient
     repository: str
-    task: asyncio.Task[BlobOutcome]
 
 
 @dataclass
@@ -81,7 +83,7 @@ class TargetBlobs:
     transfer_limit: asyncio.Semaphore
     repositories: frozenset[str] = frozenset()  # the run's repositories here: candidates for a mount
     _present: dict[str, set[str]] = field(default_factory=dict)
-    _first: dict[str, _Transfer] = field(default_factory=dict)
+    _first: dict[str, str] = field(default_factory=dict)  # digest -> the repository that transfers it
     _ensured: dict[tuple[str, str], asyncio.Task[BlobOutcome]] = field(default_factory=dict)
 
     def known_present(self, repository: str, digest: str) -> bool:
@@ -110,47 +112,34 @@ class TargetBlobs:
         return guesses[0] if guesses else None
 
     async def ensure(
-        self,
-        repository: str,
-        blob: Descriptor,
-        source: RegistryClient,
-        source_repository: str,
-        on_bytes: Callable[[int], None] | None = None,
+        self, repository: str, blob: Descriptor, origin: BlobOrigin, on_bytes: Callable[[int], None] | None = None
     ) -> BlobOutcome:
         """Make `repository` hold `blob`. Concurrent calls for the same blob share one transfer."""
         key = (repository, blob.digest)
         task = self._ensured.get(key)
         if task is None:
-            task = asyncio.ensure_future(self._ensure(repository, blob, source, source_repository, on_bytes))
+            task = asyncio.ensure_future(self._ensure(repository, blob, origin, on_bytes))
+            task.add_done_callback(_consume_exception)  # a waiter may have been cancelled
             self._ensured[key] = task
         return await asyncio.shield(task)
 
+    def cancel_pending(self) -> None:
+        for task in self._ensured.values():
+            task.cancel()
+
     async def _ensure(
-        self,
-        repository: str,
-        blob: Descriptor,
-        source: RegistryClient,
-        source_repository: str,
-        on_bytes: Callable[[int], None] | None,
+        self, repository: str, blob: Descriptor, origin: BlobOrigin, on_bytes: Callable[[int], None] | None
     ) -> BlobOutcome:
         if self.known_present(repository, blob.digest):
             return BlobOutcome.PRESENT
-        first = self._first.get(blob.digest)
-        if first is None:
-            task = asyncio.ensure_future(self._transfer(repository, blob, source, source_repository, on_bytes))
-            self._first[blob.digest] = _Transfer(repository, task)
-            return await task
-        # Another repository here is already getting this blob: wait, then mount it from there.
-        await asyncio.wait([first.task])
-        return await self._transfer(repository, blob, source, source_repository, on_bytes)
+        first = self._first.setdefault(blob.digest, repository)
+        if first != repository:
+            # Another repository here is already getting this blob: wait, then mount it from there.
+            await asyncio.wait([self._ensured[(first, blob.digest)]])
+        return await self._transfer(repository, blob, origin, on_bytes)
 
     async def _transfer(
-        self,
-        repository: str,
-        blob: Descriptor,
-        source: RegistryClient,
-        source_repository: str,
-        on_bytes: Callable[[int], None] | None,
+        self, repository: str, blob: Descriptor, origin: BlobOrigin, on_bytes: Callable[[int], None] | None
     ) -> BlobOutcome:
         async with self.transfer_limit:
             mount_from = self.mount_source(repository, blob.digest)
@@ -160,8 +149,13 @@ class TargetBlobs:
                 if on_bytes:
                     on_bytes(blob.size)
                 return BlobOutcome.MOUNTED
-            async with source.open_blob(source_repository, blob.digest) as chunks:
+            async with origin.client.open_blob(origin.repository, blob.digest) as chunks:
                 body = verified_stream(chunks, blob, on_bytes)
                 await self.client.finish_upload(repository, session, blob.digest, blob.size, body)
         self.record(repository, blob.digest)
         return BlobOutcome.UPLOADED
+
+
+def _consume_exception(task: asyncio.Task[BlobOutcome]) -> None:
+    if not task.cancelled():
+        task.exception()

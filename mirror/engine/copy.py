@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mirror.engine.blobs import BlobOutcome, TargetBlobs
+from mirror.engine.blobs import BlobOrigin, BlobOutcome, TargetBlobs
 from mirror.engine.plan import TargetPlan
 from mirror.engine.tasks import gather_or_raise
 from mirror.oci import Manifest
@@ -24,17 +24,14 @@ class CopyStats:
 async def copy_to_target(
     plan: TargetPlan,
     tag: str,
-    source: RegistryClient,
-    source_repository: str,
+    origin: BlobOrigin,
     client: RegistryClient,
     blobs: TargetBlobs,
     manifest_concurrency: int,
     on_bytes: Callable[[int], None] | None = None,
 ) -> CopyStats:
     repository = plan.target.repository.name
-    outcomes = await gather_or_raise(
-        blobs.ensure(repository, blob, source, source_repository, on_bytes) for blob in plan.missing_blobs
-    )
+    outcomes = await gather_or_raise(blobs.ensure(repository, blob, origin, on_bytes) for blob in plan.missing_blobs)
     *children, root = plan.manifests
     limit = asyncio.Semaphore(manifest_concurrency)
 

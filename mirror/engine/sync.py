@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from mirror.engine.blobs import BlobOutcome, TargetBlobs
+from mirror.engine.blobs import BlobOrigin, BlobOutcome, TargetBlobs
 from mirror.engine.copy import copy_to_target
 from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
 from mirror.engine.plan import plan_target
@@ -63,10 +63,17 @@ class Syncer:
 
     async def run(self, jobs: list[ReleaseJob]) -> list[ReleaseResult]:
         newest = max((j.version for j in jobs), key=version_key, default=None)
-        results = []
-        for job in jobs:
-            results.append(await self.run_release(job, latest=job.version == newest))
-        return results
+        try:
+            return [await self.run_release(job, latest=job.version == newest) for job in jobs]
+        finally:
+            self.cancel_pending()
+
+    def cancel_pending(self) -> None:
+        """Stop transfers nobody waits for any more (their image already failed)."""
+        for blobs in self._blobs.values():
+            blobs.cancel_pending()
+        for tree in self._trees.values():
+            tree.cancel()
 
     async def run_release(self, job: ReleaseJob, latest: bool) -> ReleaseResult:
         for host in {ref.repository.registry for image in job.images for ref in image.targets}:
@@ -146,8 +153,7 @@ class Syncer:
         stats = await copy_to_target(
             plan,
             job.tag,
-            self.clients[job.source.registry],
-            job.source.name,
+            BlobOrigin(self.clients[job.source.registry], job.source.name),
             client,
             blobs,
             self.settings.transfer.manifest_concurrency,
