@@ -154,6 +154,7 @@ class MirrorSettings(BaseSettings):
     images: list[ImageSettings] = Field(min_length=1)
     output_dir: Path = Path("out")
     registries: dict[str, RegistrySettings] = Field(default_factory=dict)
+    docker_config: Path | None = None  # a docker config.json or a mounted dockerconfigjson secret
     transfer: TransferSettings = TransferSettings()
     values: ValuesSettings = ValuesSettings()
 
@@ -220,6 +221,8 @@ def load_settings(path: Path | None = None) -> MirrorSettings:
         raise ConfigError(f"config file {path}:\n" + format_validation_error(exc)) from None
     except ValueError as exc:  # raised by a settings source, e.g. a MIRROR_* variable that is not valid JSON
         raise ConfigError(f"config file {path}: {exc}") from None
+    if settings.docker_config is not None and not settings.docker_config.is_file():
+        raise ConfigError(f"docker_config: {settings.docker_config} is not a readable file")
     for host, registry in settings.registries.items():
         if registry.password_file is not None and not registry.password_file.is_file():
             raise ConfigError(f"registries.{host}.password_file: {registry.password_file} is not a readable file")

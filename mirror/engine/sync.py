@@ -18,6 +18,7 @@ from mirror.engine.verify import Verification, verify_copy
 from mirror.oci import Descriptor, ManifestError
 from mirror.progress import Progress
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
+from mirror.registry.credentials import CredentialError
 from mirror.registry.errors import IntegrityError
 from mirror.release import version_key
 from mirror.report import ImageResult, ReleaseResult, TargetResult
@@ -25,7 +26,7 @@ from mirror.settings import MirrorSettings
 from mirror.values import write_values
 
 # Failures that end one image's copy with a one-line reason; anything else is a bug and propagates.
-EXPECTED_FAILURES = (RegistryError, RegistryUnreachable, IntegrityError, ManifestError)
+EXPECTED_FAILURES = (RegistryError, RegistryUnreachable, IntegrityError, ManifestError, CredentialError)
 
 
 @dataclass(frozen=True, slots=True)

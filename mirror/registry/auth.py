@@ -1,68 +1,168 @@
-"""Registry authentication as an httpx.Auth flow: send, read the 401 challenge, answer it, resend.
+"""Registry authentication as an httpx.Auth flow: send, read the 401 challenge, fetch a token, resend.
 
-The credentials are per registry host. A scheme learned from a challenge is remembered, so later requests
-(including streamed uploads, which cannot be replayed) carry the answer up front.
+Tokens are cached per (realm, service, scope set) and fetched once however many requests want the same
+one at the same moment. Once a registry has challenged, later requests carry a token up front, so a
+streamed upload (which cannot be replayed) never meets a challenge. A request that is refused again right
+after a fresh token fails at once with "access denied": no loops.
 """
 
 from __future__ import annotations
 
-import base64
-import re
-from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import httpx
 
-_PARAM = re.compile(r'([A-Za-z_]+)=(?:"((?:[^"\\]|\\.)*)"|([^\s,]+))')
+from mirror.registry.challenge import Challenge, merge_scopes, parse_challenge, repository_of, scopes_for
+from mirror.registry.credentials import Credentials
+from mirror.registry.errors import MAX_ERROR_BODY, RegistryError, parse_error_body
+from mirror.registry.tokens import Token, TokenCache, TokenKey, parse_token_response, token_request
+
+CredentialSource = Callable[[], Awaitable[Credentials | None]]
+MAX_ROUNDS = 3
 
 
-@dataclass(frozen=True, slots=True)
-class Challenge:
-    scheme: str  # lower-case: "basic" or "bearer"
-    params: dict[str, str]
+class AuthError(RegistryError):
+    """The registry or its token server refused us."""
+
+    def __init__(self, host: str, repository: str, status: int, code: str, message: str) -> None:
+        super().__init__("access denied to", f"{repository or '/v2/'} at {host}", status, code, message)
 
 
-def parse_challenge(header: str) -> Challenge | None:
-    """Parse one `WWW-Authenticate` value: `Bearer realm="...",service="...",scope="..."`."""
-    scheme, _, rest = header.strip().partition(" ")
-    if not scheme:
-        return None
-    params = {m.group(1).lower(): (m.group(2) if m.group(2) is not None else m.group(3)) for m in _PARAM.finditer(rest)}
-    return Challenge(scheme.lower(), {k: v.replace('\\"', '"') for k, v in params.items()})
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    username: str
-    password: str
-
-    def __repr__(self) -> str:
-        return f"Credentials(username={self.username!r}, password=<hidden>)"
-
-    def basic_header(self) -> str:
-        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode("ascii")
-        return f"Basic {token}"
+class _LeaderGone(Exception):
+    """The request that was fetching a shared token was cancelled: a waiter fetches it itself."""
 
 
 class RegistryAuth(httpx.Auth):
-    """Answers Basic challenges with the configured credentials; anonymous when there are none."""
+    """Authentication for one registry host. Requests to other hosts (a CDN, an upload host) pass untouched."""
 
-    def __init__(self, credentials: Credentials | None) -> None:
-        self._credentials = credentials
-        self._basic_known = False
+    def __init__(self, host: str, credentials: CredentialSource) -> None:
+        self.host = host
+        self._load_credentials = credentials
+        self._credentials: Credentials | None = None
+        self._credentials_loaded = False
+        self._credentials_lock = asyncio.Lock()
+        self._bearer: tuple[str, str] | None = None  # (realm, service) once the registry challenged
+        self._basic = False
+        self._tokens = TokenCache()
+        self._pending: dict[TokenKey, asyncio.Future[Token]] = {}
+        self.token_requests = 0
 
     def __repr__(self) -> str:
-        return f"RegistryAuth(credentials={'set' if self._credentials else 'none'})"
+        return f"RegistryAuth(host={self.host!r})"
+
+    async def credentials(self) -> Credentials | None:
+        async with self._credentials_lock:
+            if not self._credentials_loaded:
+                self._credentials = await self._load_credentials()
+                self._credentials_loaded = True
+        return self._credentials
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
-        if self._basic_known and self._credentials:
-            request.headers["Authorization"] = self._credentials.basic_header()
-        response = yield request
-        if response.status_code != 401 or "Authorization" in request.headers or not self._credentials:
+        if request.url.netloc.decode("ascii") != self.host:
+            yield request
             return
-        challenge = parse_challenge(response.headers.get("WWW-Authenticate", ""))
-        if challenge is None or challenge.scheme != "basic":
-            return
-        self._basic_known = True
-        request.headers["Authorization"] = self._credentials.basic_header()
-        yield request
+        scopes = scopes_for(request)
+        force_fresh = False
+        for _ in range(MAX_ROUNDS):
+            fresh_scopes: frozenset[str] | None = None  # set when this round's token was just issued
+            if self._bearer is not None:
+                key = TokenKey(*self._bearer, merge_scopes(scopes))
+                token = None if force_fresh else self._tokens.fresh(key)
+                while token is None:
+                    fresh_scopes = key.scopes
+                    waiter = self._pending.get(key)
+                    if waiter is not None:
+                        try:
+                            token = await asyncio.shield(waiter)
+                        except _LeaderGone:
+                            continue
+                        break
+                    future = self._pending[key] = asyncio.get_running_loop().create_future()
+                    future.add_done_callback(_retrieve)
+                    try:
+                        token_response = yield token_request(key, await self.credentials())
+                        token = await self._accept_token(token_response, key, request)
+                        future.set_result(token)
+                    except AuthError as exc:
+                        future.set_exception(exc)
+                        raise
+                    except BaseException:
+                        future.set_exception(_LeaderGone())
+                        raise
+                    finally:
+                        del self._pending[key]
+                request.headers["Authorization"] = f"Bearer {token.value}"
+            elif self._basic:
+                credentials = await self.credentials()
+                if credentials is not None:
+                    request.headers["Authorization"] = credentials.basic_header()
+            response = yield request
+            if response.status_code != 401 or not _replayable(request):
+                return
+            challenge = parse_challenge(response.headers.get("WWW-Authenticate", ""))
+            if challenge is None or not await self._learn(challenge, request, response):
+                return
+            if challenge.scheme == "bearer":
+                wanted = merge_scopes(scopes | challenge.scopes)
+                if fresh_scopes is not None and wanted == fresh_scopes:
+                    await self._deny(request, response)
+                scopes, force_fresh = wanted, True
+        await self._deny(request, None)
+
+    async def _learn(self, challenge: Challenge, request: httpx.Request, response: httpx.Response) -> bool:
+        """Take a challenge in; False when there is nothing we can answer it with."""
+        if challenge.scheme == "bearer" and challenge.realm:
+            self._bearer = (challenge.realm, challenge.service)
+            return True
+        if challenge.scheme == "basic":
+            if await self.credentials() is None or "Authorization" in request.headers:
+                await self._deny(request, response)
+            self._basic = True
+            return True
+        return False
+
+    async def _accept_token(self, response: httpx.Response, key: TokenKey, request: httpx.Request) -> Token:
+        self.token_requests += 1
+        body = await _read_capped(response)
+        if response.status_code != 200:
+            code, message = parse_error_body(body)
+            raise AuthError(
+                self.host,
+                repository_of(request) or "",
+                response.status_code,
+                code,
+                f"token server {response.request.url.host} refused: {message or response.reason_phrase}",
+            )
+        try:
+            token = parse_token_response(body, time.monotonic())
+        except ValueError as exc:
+            raise AuthError(self.host, repository_of(request) or "", 200, "", f"bad token answer: {exc}") from None
+        self._tokens.put(key, token)
+        return token
+
+    async def _deny(self, request: httpx.Request, response: httpx.Response | None) -> None:
+        code, message = ("", "still unauthorized after authenticating")
+        if response is not None:
+            code, message = parse_error_body(await _read_capped(response))
+        raise AuthError(self.host, repository_of(request) or "", 401, code, message or "unauthorized")
+
+
+async def _read_capped(response: httpx.Response) -> bytes:
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= MAX_ERROR_BODY:
+            break
+    return body
+
+
+def _replayable(request: httpx.Request) -> bool:
+    """A request whose body was streamed from a generator cannot be sent again."""
+    return isinstance(request.stream, httpx.ByteStream)
+
+
+def _retrieve(future: asyncio.Future[Token]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -37,7 +37,7 @@ class RegistryClient:
 
     @classmethod
     def open(cls, host: str, settings: MirrorSettings) -> RegistryClient:
-        http = open_http_client(host, settings.registry(host), settings.transfer)
+        http = open_http_client(host, settings.registry(host), settings.transfer, settings.docker_config)
         return cls(host, http, settings.transfer.chunk_size)
 
     async def aclose(self) -> None:

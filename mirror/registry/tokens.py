@@ -1,0 +1,75 @@
+"""Bearer tokens: the realm request, the realm's answer, and a cache keyed by (realm, service, scopes)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from mirror.registry.credentials import Credentials
+
+DEFAULT_EXPIRES_IN = 60  # seconds, when the realm does not say
+MAX_TOKEN_RESPONSE = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TokenKey:
+    realm: str
+    service: str
+    scopes: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    value: str = field(repr=False)
+    expires_at: float  # time.monotonic()
+    lifetime: float
+
+    def fresh(self, now: float | None = None) -> bool:
+        """Usable for a while yet: refreshed a quarter of its life (at most 30 s) before it expires."""
+        margin = min(30.0, self.lifetime / 4)
+        return (now if now is not None else time.monotonic()) < self.expires_at - margin
+
+
+class TokenCache:
+    def __init__(self) -> None:
+        self._tokens: dict[TokenKey, Token] = {}
+
+    def fresh(self, key: TokenKey) -> Token | None:
+        token = self._tokens.get(key)
+        return token if token is not None and token.fresh() else None
+
+    def put(self, key: TokenKey, token: Token) -> None:
+        self._tokens[key] = token
+
+
+def token_request(key: TokenKey, credentials: Credentials | None) -> httpx.Request:
+    """GET the realm with Basic credentials (or anonymously); with an identity token, the OAuth2 POST."""
+    scopes = sorted(key.scopes)
+    if credentials is not None and credentials.identity_token:
+        form = {
+            "grant_type": "refresh_token",
+            "refresh_token": credentials.identity_token,
+            "service": key.service,
+            "scope": " ".join(scopes),
+            "client_id": "mirror",
+        }
+        return httpx.Request("POST", key.realm, data=form)
+    params = [("service", key.service)] if key.service else []
+    params += [("scope", scope) for scope in scopes]
+    headers = {"Authorization": credentials.basic_header()} if credentials is not None else {}
+    return httpx.Request("GET", httpx.URL(key.realm, params=params), headers=headers)
+
+
+def parse_token_response(body: bytes, received_at: float) -> Token:
+    """`{"token" | "access_token", "expires_in"}`; raises ValueError for anything else."""
+    doc = json.loads(body[:MAX_TOKEN_RESPONSE])
+    value = doc.get("token") or doc.get("access_token")
+    if not isinstance(value, str) or not value:
+        raise ValueError("the token server's answer holds no token")
+    lifetime = float(doc.get("expires_in") or DEFAULT_EXPIRES_IN)
+    if lifetime <= 0:
+        lifetime = DEFAULT_EXPIRES_IN
+    return Token(value, received_at + lifetime, lifetime)
