@@ -68,6 +68,8 @@ def print_summary(results: list[ReleaseResult]) -> None:
             for target in image.targets:
                 state = "verified" if target.verified else (target.plan if target.action == "planned" else "FAILED")
                 print(f"    -> {target.target}: {target.action}, {state}")
+        if release.source_rate_limit:
+            print(f"  source pull budget: {release.source_rate_limit}")
         for values in release.values:
             print(f"  values for {values.target}: {values.path}")
             print(f"    {values.helm_command}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirror.registry.ratelimit import RateLimit
 from mirror.values import ValuesFile
 
 
@@ -63,6 +64,7 @@ class ReleaseResult:
     dry_run: bool = False
     images: list[ImageResult] = field(default_factory=list)
     values: list[ValuesFile] = field(default_factory=list)
+    source_rate_limit: RateLimit | None = None
 
     def verified_targets(self, target_names: list[str]) -> list[str]:
         """Targets at which every image of the release verified."""
@@ -98,4 +100,5 @@ class ReleaseResult:
             "dry_run": self.dry_run,
             "images": [i.to_json() for i in self.images],
             "values": [{"target": v.target, "path": str(v.path), "helm": v.helm_command} for v in self.values],
+            "source_rate_limit": self.source_rate_limit.to_json() if self.source_rate_limit else None,
         }

@@ -77,3 +77,53 @@ def test_tags_at_a_real_registry(source: LocalRegistry) -> None:
     with_client(source, lambda c: push_single(c, "ns/r", "one"))
     with_client(source, lambda c: push_single(c, "ns/r", "two", seed=1))
     assert sorted(with_client(source, lambda c: c.list_tags("ns/r"))) == ["one", "two"]
+
+
+async def test_docker_hub_rate_limit_headers_are_read() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            headers={
+                "Docker-Content-Digest": "sha256:" + "2" * 64,
+                "Content-Type": "application/vnd.oci.image.index.v1+json",
+                "ratelimit-limit": "100;w=21600",
+                "ratelimit-remaining": "76;w=21600",
+            },
+        )
+
+    client = mock_client(httpx.MockTransport(handle))
+    await client.head_manifest("projecthami/hami", "v2.10.0")
+    assert client.rate_limit is not None
+    assert client.rate_limit.to_json() == {"remaining": 76, "limit": 100, "window_seconds": 21600}
+    assert str(client.rate_limit) == "76 of 100 pulls left per 21600 s"
+
+
+async def test_authorization_follows_same_host_redirects_only() -> None:
+    from mirror.registry.auth import RegistryAuth
+    from mirror.registry.credentials import Credentials
+
+    seen: dict[str, str | None] = {}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen[f"{request.url.host}{request.url.path}"] = request.headers.get("Authorization")
+        if request.url.host == "registry.test" and request.url.path.endswith("/blobs/sha256:" + "3" * 64):
+            if "Authorization" not in request.headers:
+                return httpx.Response(401, headers={"WWW-Authenticate": 'Basic realm="r"'})
+            return httpx.Response(307, headers={"Location": "/v2/ns/r/blobs/moved"})
+        if request.url.path.endswith("/moved"):
+            return httpx.Response(307, headers={"Location": "https://cdn.test/data?sig=1"})
+        return httpx.Response(200, content=b"abc")
+
+    async def credentials() -> Credentials:
+        return Credentials("user", "pw")
+
+    http = httpx.AsyncClient(
+        base_url="https://registry.test",
+        transport=httpx.MockTransport(handle),
+        auth=RegistryAuth("registry.test", credentials),
+    )
+    client = RegistryClient("registry.test", http)
+    async with client.open_blob("ns/r", "sha256:" + "3" * 64) as chunks:
+        assert b"".join([c async for c in chunks]) == b"abc"
+    assert seen["registry.test/v2/ns/r/blobs/moved"] is not None  # same host: kept
+    assert seen["cdn.test/data"] is None  # another host: dropped

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient
+from mirror.registry import RegistryClient, RegistryError, UploadSession
 from mirror.registry.errors import IntegrityError
 
 
@@ -149,11 +149,30 @@ class TargetBlobs:
                 if on_bytes:
                     on_bytes(blob.size)
                 return BlobOutcome.MOUNTED
-            async with origin.client.open_blob(origin.repository, blob.digest) as chunks:
-                body = verified_stream(chunks, blob, on_bytes)
-                await self.client.finish_upload(repository, session, blob.digest, blob.size, body)
+            try:
+                await self._stream(repository, session, blob, origin, on_bytes)
+            except RegistryError as exc:
+                if exc.status != 401:
+                    raise
+                # The token expired or was revoked under a streamed upload, which cannot be replayed:
+                # start a new session once (its POST gets a fresh token) and stream again.
+                session = await self.client.start_upload(repository)
+                assert session is not None
+                await self._stream(repository, session, blob, origin, on_bytes)
         self.record(repository, blob.digest)
         return BlobOutcome.UPLOADED
+
+    async def _stream(
+        self,
+        repository: str,
+        session: UploadSession,
+        blob: Descriptor,
+        origin: BlobOrigin,
+        on_bytes: Callable[[int], None] | None,
+    ) -> None:
+        async with origin.client.open_blob(origin.repository, blob.digest) as chunks:
+            body = verified_stream(chunks, blob, on_bytes)
+            await self.client.finish_upload(repository, session, blob.digest, blob.size, body)
 
 
 def _consume_exception(task: asyncio.Task[BlobOutcome]) -> None:

@@ -82,6 +82,8 @@ class Syncer:
             self.blobs_at(host, repos)
         images = await asyncio.gather(*(self.run_image(image) for image in job.images))
         result = ReleaseResult(job.version, dry_run=self.options.dry_run, images=list(images))
+        sources = {image.source.registry for image in job.images}
+        result.source_rate_limit = next((b for h in sorted(sources) if (b := self.clients[h].rate_limit)), None)
         if not self.options.dry_run:
             for name in result.verified_targets([t.name for t in job.targets]):
                 target = self.settings.target(name)

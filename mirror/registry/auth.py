@@ -16,8 +16,15 @@ import httpx
 
 from mirror.registry.challenge import Challenge, merge_scopes, parse_challenge, repository_of, scopes_for
 from mirror.registry.credentials import Credentials
-from mirror.registry.errors import MAX_ERROR_BODY, RegistryError, parse_error_body
-from mirror.registry.tokens import Token, TokenCache, TokenKey, parse_token_response, token_request
+from mirror.registry.errors import RegistryError, parse_error_body
+from mirror.registry.tokens import (
+    MAX_TOKEN_RESPONSE,
+    Token,
+    TokenCache,
+    TokenKey,
+    parse_token_response,
+    token_request,
+)
 
 CredentialSource = Callable[[], Awaitable[Credentials | None]]
 MAX_ROUNDS = 3
@@ -99,7 +106,13 @@ class RegistryAuth(httpx.Auth):
                 if credentials is not None:
                     request.headers["Authorization"] = credentials.basic_header()
             response = yield request
-            if response.status_code != 401 or not _replayable(request):
+            if response.status_code != 401:
+                return
+            if not _replayable(request):
+                # A streamed body cannot be sent again: forget the refused token, so the caller's retry
+                # (a new upload session) gets a fresh one, and let the 401 through.
+                if self._bearer is not None:
+                    self._tokens.drop(TokenKey(*self._bearer, merge_scopes(scopes)))
                 return
             challenge = parse_challenge(response.headers.get("WWW-Authenticate", ""))
             if challenge is None or not await self._learn(challenge, request, response):
@@ -150,12 +163,13 @@ class RegistryAuth(httpx.Auth):
 
 
 async def _read_capped(response: httpx.Response) -> bytes:
-    body = b""
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) >= MAX_ERROR_BODY:
-            break
-    return body
+    """Read a token or error answer. httpx reads it again after the flow moves on, so it is read whole,
+    unless it declares a size over the limit."""
+    declared = response.headers.get("Content-Length", "0")
+    if declared.isdigit() and int(declared) > MAX_TOKEN_RESPONSE:
+        await response.aclose()
+        return b""
+    return (await response.aread())[:MAX_TOKEN_RESPONSE]
 
 
 def _replayable(request: httpx.Request) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,8 +14,11 @@ import httpx
 from mirror.oci import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest, ManifestError
 from mirror.reference import is_valid_digest
 from mirror.registry.errors import RegistryError, RegistryUnreachable, raise_for_response
+from mirror.registry.ratelimit import RateLimit, read_rate_limit
 from mirror.registry.transport import open_http_client
 from mirror.settings import MirrorSettings
+
+log = logging.getLogger("mirror")
 
 MAX_TAG_PAGE_BYTES = 4 * 1024 * 1024
 MAX_TAG_PAGES = 1000
@@ -34,6 +38,14 @@ class RegistryClient:
         self.host = host
         self.http = http
         self.chunk_size = chunk_size
+        self.rate_limit: RateLimit | None = None  # the latest budget the registry announced
+
+    def _note_rate_limit(self, response: httpx.Response) -> None:
+        budget = read_rate_limit(response)
+        if budget is not None:
+            if self.rate_limit is None or budget.remaining != self.rate_limit.remaining:
+                log.info("%s: %s", self.host, budget)
+            self.rate_limit = budget
 
     @classmethod
     def open(cls, host: str, settings: MirrorSettings) -> RegistryClient:
@@ -62,6 +74,7 @@ class RegistryClient:
         response = await self._send(
             "resolve", where, "HEAD", f"/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT}
         )
+        self._note_rate_limit(response)
         if response.status_code == 404:
             return None
         await raise_for_response(response, "resolve", where)
@@ -79,6 +92,7 @@ class RegistryClient:
             async with self.http.stream(
                 "GET", f"/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT}
             ) as response:
+                self._note_rate_limit(response)
                 await raise_for_response(response, "fetch manifest", where)
                 raw = bytearray()
                 async for chunk in response.aiter_bytes():
@@ -133,9 +147,12 @@ class RegistryClient:
         """Stream a blob's bytes, following redirects (Docker Hub answers blob GETs with a CDN redirect)."""
         where = self.where(repository, digest)
         try:
-            async with self.http.stream("GET", f"/v2/{repository}/blobs/{digest}", follow_redirects=True) as response:
+            # identity: the bytes must hash to the digest as they arrive, with no transport compression
+            headers = {"Accept-Encoding": "identity"}
+            url = f"/v2/{repository}/blobs/{digest}"
+            async with self.http.stream("GET", url, headers=headers, follow_redirects=True) as response:
                 await raise_for_response(response, "fetch blob", where)
-                yield response.aiter_raw(self.chunk_size)
+                yield response.aiter_bytes(self.chunk_size)
         except httpx.TransportError as exc:
             raise RegistryUnreachable("fetch blob", where, exc) from exc
 

@@ -58,7 +58,7 @@ async def raise_for_response(response: httpx.Response, action: str, where: str) 
         try:
             body = response.content
         except httpx.ResponseNotRead:  # a streamed response: read no more than we need
-            async for chunk in response.aiter_raw():
+            async for chunk in response.aiter_bytes():
                 body += chunk
                 if len(body) >= MAX_ERROR_BODY:
                     break

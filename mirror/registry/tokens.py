@@ -44,6 +44,9 @@ class TokenCache:
     def put(self, key: TokenKey, token: Token) -> None:
         self._tokens[key] = token
 
+    def drop(self, key: TokenKey) -> None:
+        self._tokens.pop(key, None)
+
 
 def token_request(key: TokenKey, credentials: Credentials | None) -> httpx.Request:
     """GET the realm with Basic credentials (or anonymously); with an identity token, the OAuth2 POST."""

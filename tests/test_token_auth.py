@@ -1,0 +1,317 @@
+"""Bearer-token auth the way Docker Hub and ACR do it, against registries running `auth: token`.
+
+The source grants anonymous pull (like Docker Hub); the target wants a user and password for everything
+(like a private ACR repository). Blob GETs at the source redirect to a CDN stand-in that records whether
+an Authorization header arrived."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mirror.cli import main
+from mirror.demo.localregistry import LocalRegistry, start_registry
+from mirror.demo.sample import SampleImage, push_multiarch
+from mirror.registry import RegistryClient
+from mirror.settings import MirrorSettings
+from tests.support import CdnServer, blob_exists, cdn_server, manifest_digest, write_config
+from tests.test_sync import SHARED, VERSION
+from tests.tokenserver import TokenServer, token_server
+
+USER, PASSWORD = "pusher", "Tr0ub4dor&3-secret"
+IDENTITY_TOKEN = "identity-refresh-token-7f3a9c"
+
+
+@dataclass
+class World:
+    tmp: Path
+    tokens: TokenServer
+    cdn: CdnServer
+    source: LocalRegistry
+    target: LocalRegistry
+    hami: SampleImage
+    certgen: SampleImage
+
+    def config(self, target_registry: dict[str, Any] | None = None, **extra: Any) -> Path:
+        path = write_config(self.tmp / "mirror.yaml", self.source, [self.target], **extra)
+        data = yaml.safe_load(path.read_text())
+        data["registries"][self.target.host].update(target_registry or {})
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    def secrets(self) -> list[str]:
+        basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        return [PASSWORD, IDENTITY_TOKEN, basic, *self.tokens.issued]
+
+
+def seed(source: LocalRegistry) -> tuple[SampleImage, SampleImage]:
+    settings = MirrorSettings(
+        targets=[{"name": "t", "registry": source.host, "namespace": "ns"}],  # type: ignore[list-item]
+        images=[{"name": "x", "source": "a/b"}],  # type: ignore[list-item]
+        registries={source.host: {"plain_http": True, "username": USER, "password": PASSWORD}},  # type: ignore[dict-item]
+    )
+
+    async def push() -> tuple[SampleImage, SampleImage]:
+        client = RegistryClient.open(source.host, settings)
+        try:
+            hami = await push_multiarch(
+                client, "projecthami/hami", VERSION, shared_layers=(SHARED,), layer_sizes=(1 << 20,), seed=1
+            )
+            certgen = await push_multiarch(
+                client, "liangjw/kube-webhook-certgen", "v1.1.1", shared_layers=(SHARED,), docker=True, seed=2
+            )
+            return hami, certgen
+        finally:
+            await client.aclose()
+
+    import asyncio
+
+    return asyncio.run(push())
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    yield from make_world(tmp_path)
+
+
+def make_world(tmp_path: Path, cdn_delay: float = 0.0, **token_options: Any) -> Iterator[World]:
+    options = {
+        "users": {USER: PASSWORD},
+        "identity_tokens": {IDENTITY_TOKEN: USER},
+        "public": ("projecthami", "liangjw"),
+        **token_options,
+    }
+    with (
+        token_server(tmp_path / "tokens", **options) as tokens,
+        cdn_server(tmp_path / "source" / "data", delay=cdn_delay) as cdn,
+    ):
+        source = start_registry(tmp_path / "source", auth=tokens.registry_auth("source-registry"), redirect_to=cdn.url)
+        target = start_registry(tmp_path / "target", auth=tokens.registry_auth("target-registry:cn-test:1234"))
+        try:
+            hami, certgen = seed(source)
+            tokens.requests.clear()
+            cdn.seen_authorization.clear()
+            yield World(tmp_path, tokens, cdn, source, target, hami, certgen)
+        finally:
+            source.stop()
+            target.stop()
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def assert_copied(world: World) -> None:
+    # the target refuses anonymous reads, so check what landed through its storage-free API with a token
+    target_log = world.target.access_log()
+    pushed_tags = [e for e in target_log if e.method == "PUT" and e.status == 201 and "/manifests/v" in e.path]
+    assert sorted(e.path for e in pushed_tags) == [
+        "/v2/mirrored/hami/manifests/v2.10.0",
+        "/v2/mirrored/kube-webhook-certgen/manifests/v1.1.1",
+    ]
+
+
+def assert_no_secret(world: World, output: str) -> None:
+    for secret in world.secrets():
+        assert secret not in output
+
+
+def test_anonymous_source_and_password_file_target(
+    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    secret = tmp_path / "acr-password"
+    secret.write_text(PASSWORD + "\n")
+    config = world.config({"username": USER, "password_file": str(secret)})
+
+    code, output = run_cli(["sync", VERSION, "--config", str(config), "--json", "--verbose"], capsys)
+
+    assert code == 0, output
+    assert_copied(world)
+    assert_no_secret(world, output)
+    source_requests = [r for r in world.tokens.requests if r.service == "source-registry"]
+    assert source_requests and all(r.user is None for r in source_requests)  # Docker Hub style: anonymous pull
+    target_requests = [r for r in world.tokens.requests if r.service == "target-registry:cn-test:1234"]
+    assert target_requests and all(r.user == USER for r in target_requests)
+    # the CDN served the blobs and never saw the registry token
+    assert world.cdn.requests >= len(set(world.hami.blobs) | set(world.certgen.blobs))
+    assert world.cdn.seen_authorization == []
+
+
+def test_token_requests_are_one_per_scope_set(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    config = world.config({"username": USER, "password": PASSWORD})
+    code, output = run_cli(["sync", VERSION, "--config", str(config)], capsys)
+    assert code == 0, output
+    scope_sets = [(r.service, r.scopes) for r in world.tokens.requests]
+    assert len(scope_sets) == len(set(scope_sets)), scope_sets  # tokens live 300 s: never fetched twice
+    target = "target-registry:cn-test:1234"
+    hami, certgen = "repository:mirrored/hami", "repository:mirrored/kube-webhook-certgen"
+    expected = {
+        ("source-registry", frozenset({"repository:projecthami/hami:pull"})),
+        ("source-registry", frozenset({"repository:liangjw/kube-webhook-certgen:pull"})),
+        (target, frozenset({f"{hami}:pull"})),
+        (target, frozenset({f"{certgen}:pull"})),
+        (target, frozenset({f"{hami}:pull,push"})),
+        (target, frozenset({f"{certgen}:pull,push"})),
+    }
+    # uploads try a mount from the run's other repository: a two-repository scope, one per direction
+    mounts = {
+        (target, frozenset({f"{hami}:pull,push", f"{certgen}:pull"})),
+        (target, frozenset({f"{certgen}:pull,push", f"{hami}:pull"})),
+    }
+    assert set(scope_sets) - expected <= mounts and len(set(scope_sets) - expected) >= 1
+    assert expected <= set(scope_sets)
+
+
+def test_mount_across_repositories_uses_a_two_repository_scope(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    only_certgen = [{"name": "kube-webhook-certgen", "source": "liangjw/kube-webhook-certgen", "tag": "v1.1.1"}]
+    first = world.config({"username": USER, "password": PASSWORD}, images=only_certgen)
+    assert run_cli(["sync", VERSION, "--config", str(first)], capsys)[0] == 0
+    world.tokens.requests.clear()
+    mark = len(world.target.access_log())
+
+    config = world.config({"username": USER, "password": PASSWORD})
+    assert run_cli(["sync", VERSION, "--config", str(config)], capsys)[0] == 0
+
+    two_repo = {"repository:mirrored/hami:pull,push", "repository:mirrored/kube-webhook-certgen:pull"}
+    assert world.tokens.count(two_repo) == 1
+    (granted,) = [r.granted for r in world.tokens.requests if r.scopes == frozenset(two_repo)]
+    assert dict(granted) == {"mirrored/hami": ("pull", "push"), "mirrored/kube-webhook-certgen": ("pull",)}
+    shared = f"sha256:{__import__('hashlib').sha256(SHARED).hexdigest()}"
+    mounts = [e for e in world.target.access_log()[mark:] if e.method == "POST" and shared in e.path]
+    assert [e.status for e in mounts] == [201]
+
+
+def test_wrong_password_fails_fast_and_writes_nothing(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    config = world.config({"username": USER, "password": "wrong-password-123"})
+    code, output = run_cli(["sync", VERSION, "--config", str(config)], capsys)
+    assert code == 1
+    failures = [line for line in output.splitlines() if line.startswith("mirror: ")]
+    assert len(failures) == 2
+    for line in failures:
+        assert "access denied to mirrored/" in line and f"at {world.target.host}" in line
+        assert "incorrect username or password" in line
+    assert "wrong-password-123" not in output and "Traceback" not in output
+    assert not any(e.method in ("POST", "PUT", "PATCH") for e in world.target.access_log())
+    assert len(world.tokens.requests) <= 4  # no retry loop against the token server
+
+
+def test_no_credentials_for_a_private_target_is_access_denied(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    code, output = run_cli(["sync", VERSION, "--config", str(world.config())], capsys)
+    assert code == 1
+    assert f"access denied to mirrored/hami at {world.target.host}" in output
+    assert len([r for r in world.tokens.requests if r.service.startswith("target")]) <= 4
+
+
+def test_docker_config_auths_entry(world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    (docker / "config.json").write_text(json.dumps({"auths": {f"http://{world.target.host}": {"auth": basic}}}))
+    os.environ["DOCKER_CONFIG"] = str(docker)
+    try:
+        code, output = run_cli(["sync", VERSION, "--config", str(world.config())], capsys)
+    finally:
+        del os.environ["DOCKER_CONFIG"]
+    assert code == 0, output
+    assert_copied(world)
+    assert_no_secret(world, output)
+
+
+def test_mounted_dockerconfigjson_with_identity_token(
+    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    secret = tmp_path / ".dockerconfigjson"
+    secret.write_text(json.dumps({"auths": {world.target.host: {"identitytoken": IDENTITY_TOKEN}}}))
+    code, output = run_cli(["sync", VERSION, "--config", str(world.config(docker_config=str(secret)))], capsys)
+    assert code == 0, output
+    assert_copied(world)
+    target_requests = [r for r in world.tokens.requests if r.service.startswith("target")]
+    assert target_requests and {r.method for r in target_requests} == {"POST"}  # the OAuth2 refresh grant
+    assert_no_secret(world, output)
+
+
+@pytest.mark.parametrize("mode", ["credHelpers", "credsStore"])
+def test_docker_credential_helper(
+    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    asked = tmp_path / "helper-was-asked-for"
+    helper = bin_dir / "docker-credential-test"
+    helper.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = get ] || exit 1\n'
+        f'read server; echo "$server" >> {asked}\n'
+        f'if [ "$server" = "{world.target.host}" ]; then\n'
+        f'  printf \'{{"ServerURL":"%s","Username":"{USER}","Secret":"{PASSWORD}"}}\' "$server"\n'
+        "else echo 'credentials not found in native keychain'; exit 1; fi\n"
+    )
+    helper.chmod(helper.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    config_json = {"credHelpers": {world.target.host: "test"}} if mode == "credHelpers" else {"credsStore": "test"}
+    docker = tmp_path / "config.json"
+    docker.write_text(json.dumps(config_json))
+
+    code, output = run_cli(["sync", VERSION, "--config", str(world.config(docker_config=str(docker)))], capsys)
+
+    assert code == 0, output
+    assert_copied(world)
+    assert world.target.host in asked.read_text().split()
+    assert_no_secret(world, output)
+
+
+def test_password_from_environment(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(f"MIRROR_REGISTRIES__{world.target.host}__PASSWORD", PASSWORD)
+    code, output = run_cli(["sync", VERSION, "--config", str(world.config({"username": USER}))], capsys)
+    assert code == 0, output
+    assert_no_secret(world, output)
+
+
+def test_token_expiring_mid_copy_is_renewed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # tokens live 2 s; the CDN needs about 0.6 s a blob, so the copy outlives several tokens
+    for world in make_world(tmp_path, cdn_delay=0.6, ttl=2):
+        config = world.config({"username": USER, "password": PASSWORD}, transfer={"blob_concurrency": 2})
+        code, output = run_cli(["sync", VERSION, "--config", str(config)], capsys)
+        assert code == 0, output
+        assert_copied(world)
+        assert max(_fetches_per_scope(world).values()) >= 2  # renewed
+        requests_at_target = len([e for e in world.target.access_log() if e.path.startswith("/v2/mirrored/")])
+        assert len(world.tokens.requests) < requests_at_target / 2  # but not fetched per request
+
+
+def test_registry_refusing_a_cached_token_gets_a_fresh_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The token server says tokens last 300 s; the registry stops taking them after about 2 s (clock skew,
+    # revocation). The slow CDN makes the copy outlive them: refused tokens are replaced, not retried.
+    for world in make_world(tmp_path, cdn_delay=0.6, ttl=3, advertised_ttl=300):
+        config = world.config({"username": USER, "password": PASSWORD}, transfer={"blob_concurrency": 2})
+        code, output = run_cli(["sync", VERSION, "--config", str(config)], capsys)
+        assert code == 0, output
+        assert_copied(world)
+        # with expires_in = 300, a scope fetched twice means its token was refused and replaced
+        assert max(_fetches_per_scope(world).values()) >= 2
+
+
+def _fetches_per_scope(world: World) -> Counter[frozenset[str]]:
+    return Counter(r.scopes for r in world.tokens.requests if r.service.startswith("target"))
+
+
+def test_blob_still_present_check(world: World) -> None:
+    # the anonymous probe helpers cannot read the private target: the registry says 401, not 200
+    assert manifest_digest(world.target, "mirrored/hami", VERSION) is None
+    assert not blob_exists(world.target, "mirrored/hami", world.hami.digest)
