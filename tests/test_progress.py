@@ -30,3 +30,12 @@ def test_plain_logs_when_not_a_terminal() -> None:
     progress.expect(10)
     progress.advance(10)
     assert progress.done_bytes == progress.total_bytes == 10
+
+
+def test_report_carries_the_source_rate_limit() -> None:
+    from mirror.registry.ratelimit import RateLimit
+    from mirror.report import ReleaseResult
+
+    report = ReleaseResult("v2.10.0", source_rate_limit=RateLimit(42, 100, 21600)).to_json()
+    assert report["source_rate_limit"] == {"remaining": 42, "limit": 100, "window_seconds": 21600}
+    assert ReleaseResult("v2.10.0").to_json()["source_rate_limit"] is None
