@@ -11,6 +11,7 @@ import base64
 import datetime
 import http.server
 import json
+import math
 import threading
 import time
 import uuid
@@ -104,7 +105,7 @@ class TokenServer:
     def issue(self, user: str | None, service: str, scopes: list[str], method: str) -> dict[str, Any]:
         granted = tuple(g for g in (self.grant(user, s) for s in scopes) if g is not None)
         self.requests.append(TokenRequest(user, service, frozenset(scopes), method, granted))
-        now = int(time.time())
+        now = math.ceil(time.time())  # JWT times are whole seconds: round up, never cut a token short
         claims = {
             "iss": ISSUER,
             "sub": user or "",

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient, RegistryError, UploadSession
+from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable, UploadSession
 from mirror.registry.errors import IntegrityError
+
+log = logging.getLogger("mirror")
 
 
 class BlobOutcome(enum.StrEnum):
@@ -151,11 +154,12 @@ class TargetBlobs:
                 return BlobOutcome.MOUNTED
             try:
                 await self._stream(repository, session, blob, origin, on_bytes)
-            except RegistryError as exc:
-                if exc.status != 401:
+            except (RegistryError, RegistryUnreachable) as exc:
+                if isinstance(exc, RegistryError) and exc.status != 401:
                     raise
-                # The token expired or was revoked under a streamed upload, which cannot be replayed:
-                # start a new session once (its POST gets a fresh token) and stream again.
+                # A streamed upload cannot be replayed. When the registry refused its token (a 401, or the
+                # connection dropped mid-body), start a new session once: its POST gets a fresh token.
+                log.info("%s: restarting the upload of %s: %s", self.client.host, blob.digest, exc)
                 session = await self.client.start_upload(repository)
                 assert session is not None
                 await self._stream(repository, session, blob, origin, on_bytes)
