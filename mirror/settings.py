@@ -141,9 +141,28 @@ class ValuesSettings(_Model):
 class TransferSettings(_Model):
     blob_concurrency: int = Field(default=4, ge=1, le=64)
     manifest_concurrency: int = Field(default=8, ge=1, le=64)
-    chunk_size: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
+    chunk_size: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)  # read buffer
+    chunked_upload_threshold: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)  # larger blobs go in PATCHes
+    upload_chunk_size: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=120.0, gt=0)
+
+
+class RetrySettings(_Model):
+    """Retries of transient failures: exponential backoff with jitter, capped in count and total time."""
+
+    attempts: int = Field(default=5, ge=1, le=100)
+    base_delay: float = Field(default=0.5, ge=0)
+    max_delay: float = Field(default=30.0, ge=0)
+    max_elapsed: float = Field(default=300.0, gt=0)
+
+
+class BudgetSettings(_Model):
+    """Docker Hub's pull budget: manifest GETs pause when `ratelimit-remaining` reaches `floor`."""
+
+    floor: int = Field(default=2, ge=0)
+    max_wait: float = Field(default=900.0, ge=0)
+    poll_interval: float = Field(default=60.0, gt=0)
 
 
 class MirrorSettings(BaseSettings):
@@ -156,6 +175,10 @@ class MirrorSettings(BaseSettings):
     registries: dict[str, RegistrySettings] = Field(default_factory=dict)
     docker_config: Path | None = None  # a docker config.json or a mounted dockerconfigjson secret
     transfer: TransferSettings = TransferSettings()
+    retry: RetrySettings = RetrySettings()
+    pull_budget: BudgetSettings = BudgetSettings()
+    shutdown_grace: float = Field(default=20.0, ge=0)  # seconds in-flight uploads get after SIGTERM
+    lock_timeout: float = Field(default=600.0, ge=0)  # how long to wait for another sync of a target
     values: ValuesSettings = ValuesSettings()
 
     @classmethod

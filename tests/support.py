@@ -95,6 +95,7 @@ def write_config(
         ],
         "output_dir": str(path.parent / "out"),
         "registries": {r.host: {"plain_http": True} for r in [source, *targets]},
+        "retry": {"base_delay": 0.05, "max_delay": 0.5, "max_elapsed": 30},
         **extra,
     }
     path.write_text(yaml.safe_dump(config), encoding="utf-8")

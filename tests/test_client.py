@@ -123,7 +123,7 @@ async def test_authorization_follows_same_host_redirects_only() -> None:
         auth=RegistryAuth("registry.test", credentials),
     )
     client = RegistryClient("registry.test", http)
-    async with client.open_blob("ns/r", "sha256:" + "3" * 64) as chunks:
-        assert b"".join([c async for c in chunks]) == b"abc"
+    async with client.open_blob("ns/r", "sha256:" + "3" * 64) as body:
+        assert b"".join([c async for c in body.chunks]) == b"abc"
     assert seen["registry.test/v2/ns/r/blobs/moved"] is not None  # same host: kept
     assert seen["cdn.test/data"] is None  # another host: dropped

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mirror.engine.upload import (
+    BlobOrigin,
+    BlobUpload,
+    ChunkedUpload,
+    ChunkedUploadUnsupported,
+    is_transient,
+    upload_whole,
+)
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable, UploadSession
-from mirror.registry.errors import IntegrityError
+from mirror.registry import RegistryClient
+from mirror.registry.retry import RetryPolicy, retry_step
 
 log = logging.getLogger("mirror")
 
@@ -20,59 +27,6 @@ class BlobOutcome(enum.StrEnum):
     PRESENT = "present"
     MOUNTED = "mounted"
     UPLOADED = "uploaded"
-
-
-async def verified_stream(
-    chunks: AsyncIterator[bytes], blob: Descriptor, on_bytes: Callable[[int], None] | None = None
-) -> AsyncIterator[bytes]:
-    """Pass the bytes through, hashing them, and hold the last chunk back until size and sha256 check out:
-    an upload whose bytes do not match its digest is never completed."""
-    hasher = hashlib.sha256()
-    size = 0
-    held: bytes | None = None
-    async for chunk in chunks:
-        if not chunk:
-            continue
-        size += len(chunk)
-        if size > blob.size:
-            raise IntegrityError(f"blob {blob.digest}: source sent more than the {blob.size} bytes it declares")
-        hasher.update(chunk)
-        if held is not None:
-            yield held
-            if on_bytes:
-                on_bytes(len(held))
-        held = chunk
-    digest = "sha256:" + hasher.hexdigest()
-    if size != blob.size or digest != blob.digest:
-        raise IntegrityError(f"blob {blob.digest}: source sent {size} bytes hashing to {digest}, expected {blob.size}")
-    if held is not None:
-        yield held
-        if on_bytes:
-            on_bytes(len(held))
-
-
-async def hash_blob(client: RegistryClient, repository: str, blob: Descriptor) -> str | None:
-    """Re-read a blob and return a problem, or None when its bytes match its descriptor."""
-    try:
-        async for _ in verified_stream(_open_chunks(client, repository, blob.digest), blob):
-            pass
-    except IntegrityError as exc:
-        return str(exc)
-    return None
-
-
-async def _open_chunks(client: RegistryClient, repository: str, digest: str) -> AsyncIterator[bytes]:
-    async with client.open_blob(repository, digest) as chunks:
-        async for chunk in chunks:
-            yield chunk
-
-
-@dataclass(frozen=True, slots=True)
-class BlobOrigin:
-    """Where a blob's bytes come from: a repository at the source registry."""
-
-    client: RegistryClient
-    repository: str
 
 
 @dataclass
@@ -84,7 +38,10 @@ class TargetBlobs:
 
     client: RegistryClient
     transfer_limit: asyncio.Semaphore
-    repositories: frozenset[str] = frozenset()  # the run's repositories here: candidates for a mount
+    repositories: frozenset[str]  # the run's repositories here: candidates for a mount
+    policy: RetryPolicy
+    chunked_threshold: int
+    upload_chunk_size: int
     _present: dict[str, set[str]] = field(default_factory=dict)
     _first: dict[str, str] = field(default_factory=dict)  # digest -> the repository that transfers it
     _ensured: dict[tuple[str, str], asyncio.Task[BlobOutcome]] = field(default_factory=dict)
@@ -144,39 +101,34 @@ class TargetBlobs:
     async def _transfer(
         self, repository: str, blob: Descriptor, origin: BlobOrigin, on_bytes: Callable[[int], None] | None
     ) -> BlobOutcome:
-        async with self.transfer_limit:
-            mount_from = self.mount_source(repository, blob.digest)
-            session = await self.client.start_upload(repository, blob.digest, mount_from)
-            if session is None:
-                self.record(repository, blob.digest)
-                if on_bytes:
-                    on_bytes(blob.size)
-                return BlobOutcome.MOUNTED
-            try:
-                await self._stream(repository, session, blob, origin, on_bytes)
-            except (RegistryError, RegistryUnreachable) as exc:
-                if isinstance(exc, RegistryError) and exc.status != 401:
-                    raise
-                # A streamed upload cannot be replayed. When the registry refused its token (a 401, or the
-                # connection dropped mid-body), start a new session once: its POST gets a fresh token.
-                log.info("%s: restarting the upload of %s: %s", self.client.host, blob.digest, exc)
-                session = await self.client.start_upload(repository)
-                assert session is not None
-                await self._stream(repository, session, blob, origin, on_bytes)
-        self.record(repository, blob.digest)
-        return BlobOutcome.UPLOADED
+        upload = BlobUpload(self.client, repository, blob, origin, on_bytes)
 
-    async def _stream(
-        self,
-        repository: str,
-        session: UploadSession,
-        blob: Descriptor,
-        origin: BlobOrigin,
-        on_bytes: Callable[[int], None] | None,
-    ) -> None:
-        async with origin.client.open_blob(origin.repository, blob.digest) as chunks:
-            body = verified_stream(chunks, blob, on_bytes)
-            await self.client.finish_upload(repository, session, blob.digest, blob.size, body)
+        async def attempt(number: int) -> BlobOutcome:
+            async with self.transfer_limit:
+                session = await self.client.start_upload(
+                    repository, blob.digest, self.mount_source(repository, blob.digest)
+                )
+                if session is None:
+                    if on_bytes:
+                        on_bytes(blob.size)
+                    return BlobOutcome.MOUNTED
+                if blob.size >= self.chunked_threshold:
+                    try:
+                        await ChunkedUpload(upload, self.upload_chunk_size, self.policy).run(session)
+                        return BlobOutcome.UPLOADED
+                    except ChunkedUploadUnsupported as exc:
+                        log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
+                        session = await self.client.start_upload(repository)
+                        assert session is not None
+                await upload_whole(upload, session)
+                return BlobOutcome.UPLOADED
+
+        # A streamed upload cannot be replayed: a transient failure restarts the step with a new session
+        # (its POST also gets a fresh token if the old one was refused) and a fresh read of the source.
+        where = f"blob {blob.digest} to {self.client.where(repository)}"
+        outcome = await retry_step(self.policy, attempt, is_transient, where)
+        self.record(repository, blob.digest)
+        return outcome
 
 
 def _consume_exception(task: asyncio.Task[BlobOutcome]) -> None:

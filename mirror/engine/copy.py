@@ -8,9 +8,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mirror.engine.blobs import BlobOrigin, BlobOutcome, TargetBlobs
+from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.plan import TargetPlan
 from mirror.engine.tasks import gather_or_raise
+from mirror.engine.upload import BlobOrigin
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
 

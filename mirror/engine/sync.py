@@ -9,17 +9,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from mirror.engine.blobs import BlobOrigin, BlobOutcome, TargetBlobs
+from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.copy import copy_to_target
 from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
 from mirror.engine.plan import plan_target
 from mirror.engine.tree import ManifestTree, load_tree
+from mirror.engine.upload import BlobOrigin
 from mirror.engine.verify import Verification, verify_copy
 from mirror.oci import Descriptor, ManifestError
 from mirror.progress import Progress
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 from mirror.registry.credentials import CredentialError
 from mirror.registry.errors import IntegrityError
+from mirror.registry.retry import RetryPolicy
 from mirror.release import version_key
 from mirror.report import ImageResult, ReleaseResult, TargetResult
 from mirror.settings import MirrorSettings
@@ -59,7 +61,15 @@ class Syncer:
     def blobs_at(self, host: str, repositories: frozenset[str]) -> TargetBlobs:
         state = self._blobs.get(host)
         if state is None:
-            state = self._blobs[host] = TargetBlobs(self.clients[host], self._transfer_limit, repositories)
+            transfer, retry = self.settings.transfer, self.settings.retry
+            state = self._blobs[host] = TargetBlobs(
+                self.clients[host],
+                self._transfer_limit,
+                repositories,
+                RetryPolicy.from_settings(retry),
+                transfer.chunked_upload_threshold,
+                transfer.upload_chunk_size,
+            )
         return state
 
     async def run(self, jobs: list[ReleaseJob]) -> list[ReleaseResult]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from mirror.engine.blobs import hash_blob
+from mirror.engine.stream import hash_blob
 from mirror.engine.tree import load_tree
 from mirror.oci import Descriptor
 from mirror.registry import RegistryClient, RegistryError

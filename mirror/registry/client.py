@@ -31,6 +31,23 @@ class UploadSession:
     url: httpx.URL
 
 
+def _range_end(value: str | None) -> int | None:
+    """`Range: 0-1023` -> 1024 bytes received. (A registry says `0-0` for both 0 and 1 byte: read as 0.)"""
+    if not value:
+        return None
+    _, _, end = value.partition("-")
+    if not end.strip().isdigit():
+        return None
+    last = int(end)
+    return 0 if last == 0 else last + 1
+
+
+@dataclass(frozen=True, slots=True)
+class BlobBody:
+    chunks: AsyncIterator[bytes]
+    start: int  # the offset of the first byte
+
+
 class RegistryClient:
     """Registry I/O for one host. Every method names the repository it acts on; nothing is cached here."""
 
@@ -49,7 +66,9 @@ class RegistryClient:
 
     @classmethod
     def open(cls, host: str, settings: MirrorSettings) -> RegistryClient:
-        http = open_http_client(host, settings.registry(host), settings.transfer, settings.docker_config)
+        http = open_http_client(
+            host, settings.registry(host), settings.transfer, settings.retry, settings.docker_config
+        )
         return cls(host, http, settings.transfer.chunk_size)
 
     async def aclose(self) -> None:
@@ -143,16 +162,21 @@ class RegistryClient:
         return int(response.headers.get("Content-Length", "-1"))
 
     @asynccontextmanager
-    async def open_blob(self, repository: str, digest: str) -> AsyncIterator[AsyncIterator[bytes]]:
-        """Stream a blob's bytes, following redirects (Docker Hub answers blob GETs with a CDN redirect)."""
+    async def open_blob(self, repository: str, digest: str, start: int = 0) -> AsyncIterator[BlobBody]:
+        """Stream a blob's bytes, following redirects (Docker Hub answers blob GETs with a CDN redirect).
+        With `start`, ask for the rest from that offset; `BlobBody.start` says where the bytes really begin
+        (0 when the server ignored the Range header)."""
         where = self.where(repository, digest)
+        # identity: the bytes must hash to the digest as they arrive, with no transport compression
+        headers = {"Accept-Encoding": "identity"}
+        if start:
+            headers["Range"] = f"bytes={start}-"
         try:
-            # identity: the bytes must hash to the digest as they arrive, with no transport compression
-            headers = {"Accept-Encoding": "identity"}
             url = f"/v2/{repository}/blobs/{digest}"
             async with self.http.stream("GET", url, headers=headers, follow_redirects=True) as response:
                 await raise_for_response(response, "fetch blob", where)
-                yield response.aiter_bytes(self.chunk_size)
+                served_from = start if start and response.status_code == 206 else 0
+                yield BlobBody(response.aiter_bytes(self.chunk_size), served_from)
         except httpx.TransportError as exc:
             raise RegistryUnreachable("fetch blob", where, exc) from exc
 
@@ -192,6 +216,41 @@ class RegistryClient:
             headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
         )
         await raise_for_response(response, "upload blob", where)
+
+    async def upload_chunk(
+        self, repository: str, session: UploadSession, offset: int, size: int, body: AsyncIterable[bytes]
+    ) -> tuple[UploadSession, int]:
+        """PATCH `size` bytes at `offset`; returns the next session URL and the registry's new offset."""
+        where = self.where(repository)
+        response = await self._send(
+            "upload chunk",
+            where,
+            "PATCH",
+            session.url,
+            content=body,
+            headers={
+                "Content-Type": "application/octet-stream",
+                "Content-Length": str(size),
+                "Content-Range": f"{offset}-{offset + size - 1}",
+            },
+        )
+        await raise_for_response(response, "upload chunk", where)
+        next_session = self._next_session(session, response)
+        received = _range_end(response.headers.get("Range"))
+        return next_session, received if received is not None else offset + size
+
+    async def upload_status(self, repository: str, session: UploadSession) -> tuple[UploadSession, int] | None:
+        """How many bytes the upload session holds, or None when the registry no longer knows it."""
+        where = self.where(repository)
+        response = await self._send("check upload", where, "GET", session.url)
+        if response.status_code == 404:
+            return None
+        await raise_for_response(response, "check upload", where)
+        return self._next_session(session, response), _range_end(response.headers.get("Range")) or 0
+
+    def _next_session(self, session: UploadSession, response: httpx.Response) -> UploadSession:
+        location = response.headers.get("Location")
+        return UploadSession(self.http.base_url.join(location)) if location else session
 
     async def push_blob(self, repository: str, digest: str, data: bytes) -> None:
         session = await self.start_upload(repository)

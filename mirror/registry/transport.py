@@ -9,7 +9,8 @@ import httpx
 from mirror import __version__
 from mirror.registry.auth import RegistryAuth
 from mirror.registry.credentials import Credentials, resolve_credentials
-from mirror.settings import RegistrySettings, TransferSettings
+from mirror.registry.retry import RetryPolicy, RetryTransport
+from mirror.settings import RegistrySettings, RetrySettings, TransferSettings
 
 USER_AGENT = f"mirror/{__version__}"
 
@@ -19,14 +20,17 @@ def base_url(host: str, settings: RegistrySettings) -> str:
 
 
 def open_http_client(
-    host: str, settings: RegistrySettings, transfer: TransferSettings, docker_config: Path | None = None
+    host: str,
+    settings: RegistrySettings,
+    transfer: TransferSettings,
+    retry: RetrySettings,
+    docker_config: Path | None = None,
 ) -> httpx.AsyncClient:
     async def credentials() -> Credentials | None:
         return await resolve_credentials(host, settings, docker_config)
 
     limits = httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections)
-    # retries=2 re-tries only failed connection attempts, which is always safe.
-    transport = httpx.AsyncHTTPTransport(limits=limits, retries=2)
+    transport = RetryTransport(httpx.AsyncHTTPTransport(limits=limits), RetryPolicy.from_settings(retry))
     return httpx.AsyncClient(
         base_url=base_url(host, settings),
         transport=transport,

@@ -1,0 +1,161 @@
+"""Uploading one blob from the source to a target upload session: one streamed PUT, or, for large blobs,
+PATCH chunks that resume from the offset the registry reports after a failure."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from mirror.engine.stream import ExactReader, Hasher, check_digest, new_hasher, verified_stream
+from mirror.oci import Descriptor
+from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable, UploadSession
+from mirror.registry.auth import AuthError
+from mirror.registry.errors import IntegrityError
+from mirror.registry.retry import RETRY_STATUSES, RetryPolicy
+
+log = logging.getLogger("mirror")
+_NO_CHUNKS = frozenset({405, 501})
+
+
+@dataclass(frozen=True, slots=True)
+class BlobOrigin:
+    """Where a blob's bytes come from: a repository at the source registry."""
+
+    client: RegistryClient
+    repository: str
+
+
+@dataclass(frozen=True, slots=True)
+class BlobUpload:
+    """One blob going from `origin` into `repository` at `target`."""
+
+    target: RegistryClient
+    repository: str
+    blob: Descriptor
+    origin: BlobOrigin
+    on_bytes: Callable[[int], None] | None = None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth another try: the network, a registry's passing trouble, a refused token under a streamed body,
+    an upload session that is gone or out of step, or bytes that came wrong from the source."""
+    if isinstance(exc, AuthError):
+        return False
+    if isinstance(exc, RegistryUnreachable | IntegrityError):
+        return True
+    if isinstance(exc, RegistryError):
+        return (
+            exc.status in RETRY_STATUSES
+            or exc.status in (401, 416)
+            or exc.code in {"BLOB_UPLOAD_UNKNOWN", "BLOB_UPLOAD_INVALID"}
+        )
+    return False
+
+
+async def upload_whole(upload: BlobUpload, session: UploadSession) -> None:
+    """One PUT with the whole body, streamed from the source and checked as it passes."""
+    async with upload.origin.client.open_blob(upload.origin.repository, upload.blob.digest) as body:
+        stream = verified_stream(body.chunks, upload.blob, upload.on_bytes)
+        await upload.target.finish_upload(upload.repository, session, upload.blob.digest, upload.blob.size, stream)
+
+
+class ChunkedUploadUnsupported(Exception):
+    pass
+
+
+@dataclass
+class ChunkedUpload:
+    """PATCH the blob in chunks. After a failed chunk, ask the session how much arrived and go on from
+    there (the source is re-read from the nearest confirmed offset, with a Range request where it can);
+    when the session is gone, start a new one. Bytes sent count in `sent`."""
+
+    upload: BlobUpload
+    chunk_size: int
+    policy: RetryPolicy
+    offset: int = 0  # bytes the registry confirmed
+    sent: int = 0
+    marks: list[tuple[int, Hasher]] = field(default_factory=lambda: [(0, new_hasher())])
+
+    async def run(self, session: UploadSession) -> None:
+        target, repository = self.upload.target, self.upload.repository
+        started, attempt = time.monotonic(), 1
+        while True:
+            try:
+                session = await self._send_from(session)
+                break
+            except (RegistryError, RegistryUnreachable) as exc:
+                if self._unsupported(exc):
+                    raise ChunkedUploadUnsupported(str(exc)) from exc
+                delay = self.policy.backoff(attempt)
+                if not is_transient(exc) or not self.policy.allows(attempt, started, delay):
+                    raise
+                log.info(
+                    "chunk upload of %s failed at %d bytes (%s); resuming", self.upload.blob.digest, self.offset, exc
+                )
+            await asyncio.sleep(delay)
+            attempt += 1
+            status = await target.upload_status(repository, session)
+            if status is None:
+                log.info("upload session gone; starting a new one for %s", self.upload.blob.digest)
+                fresh = await target.start_upload(repository)
+                assert fresh is not None
+                session, self.offset, self.marks = fresh, 0, [(0, new_hasher())]
+            else:
+                session, self.offset = status
+        await target.finish_upload(repository, session, self.upload.blob.digest, 0, b"")
+
+    def _unsupported(self, exc: BaseException) -> bool:
+        return (
+            isinstance(exc, RegistryError)
+            and self.offset == 0
+            and (exc.status in _NO_CHUNKS or exc.code == "UNSUPPORTED")
+        )
+
+    async def _send_from(self, session: UploadSession) -> UploadSession:
+        blob, origin = self.upload.blob, self.upload.origin
+        mark, hasher = max((m for m in self.marks if m[0] <= self.offset), key=lambda m: m[0])
+        hasher = hasher.copy()
+        async with origin.client.open_blob(origin.repository, blob.digest, start=mark) as body:
+            reader = ExactReader(body.chunks)
+            await reader.discard(mark - body.start)  # the source ignored Range: skip what it resent
+            async for piece in reader.take(self.offset - mark):  # bytes the registry has: hash, do not send
+                hasher.update(piece)
+            while self.offset < blob.size:
+                size = min(self.chunk_size, blob.size - self.offset)
+                pieces = self._pieces(reader, size, hasher, last=self.offset + size == blob.size)
+                session, received = await self.upload.target.upload_chunk(
+                    self.upload.repository, session, self.offset, size, pieces
+                )
+                if received != self.offset + size:
+                    raise RegistryError(
+                        "upload chunk",
+                        self.upload.target.where(self.upload.repository),
+                        416,
+                        "",
+                        f"registry holds {received} bytes, expected {self.offset + size}",
+                    )
+                self.offset = received
+                self.marks.append((self.offset, hasher.copy()))
+                if self.upload.on_bytes:
+                    self.upload.on_bytes(size)
+        return session
+
+    async def _pieces(self, reader: ExactReader, size: int, hasher: Hasher, last: bool) -> AsyncIterator[bytes]:
+        """One chunk's bytes, hashed; the last chunk's final piece is held back until the digest checks out."""
+        held: bytes | None = None
+        async for piece in reader.take(size):
+            hasher.update(piece)
+            if held is not None:
+                self.sent += len(held)
+                yield held
+            held = piece
+        if last:
+            if not await reader.at_end():
+                raise IntegrityError(f"blob {self.upload.blob.digest}: source sent more than it declares")
+            check_digest(self.upload.blob, self.upload.blob.size, hasher)
+        if held is not None:
+            self.sent += len(held)
+            yield held

@@ -1,0 +1,148 @@
+"""One retry policy: exponential backoff with full jitter, capped attempts and total time, Retry-After
+honoured. The transport applies it to idempotent requests with replayable bodies; steps that are not
+idempotent (an upload session) use `retry_step` to restart or resume the whole step instead."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+
+from mirror.settings import RetrySettings
+
+log = logging.getLogger("mirror")
+T = TypeVar("T")
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+RETRY_EXCEPTIONS: tuple[type[Exception], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int = 5  # tries in all, the first included
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+    max_elapsed: float = 300.0
+
+    @classmethod
+    def from_settings(cls, settings: RetrySettings) -> RetryPolicy:
+        return cls(settings.attempts, settings.base_delay, settings.max_delay, settings.max_elapsed)
+
+    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before try number `attempt + 1` (attempt counts from 1)."""
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        return random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))  # noqa: S311
+
+    def allows(self, attempt: int, started: float, delay: float) -> bool:
+        return attempt < self.attempts and time.monotonic() - started + delay <= self.max_elapsed
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    """`Retry-After` as seconds or an HTTP date; None when absent or unreadable."""
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _replayable(request: httpx.Request) -> bool:
+    return isinstance(request.stream, httpx.ByteStream)
+
+
+def _describe(request: httpx.Request) -> str:
+    return f"{request.method} {request.url.copy_with(query=None)}"
+
+
+class RetryTransport(httpx.AsyncBaseTransport):
+    """Wraps the connection transport; retries idempotent requests whose body can be sent again."""
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport,
+        policy: RetryPolicy,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.inner = inner
+        self.policy = policy
+        self.sleep = sleep
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method not in IDEMPOTENT_METHODS or not _replayable(request):
+            return await self.inner.handle_async_request(request)
+        started = time.monotonic()
+        attempt = 1
+        while True:
+            try:
+                response = await self.inner.handle_async_request(request)
+            except RETRY_EXCEPTIONS as exc:
+                delay = self.policy.backoff(attempt)
+                if not self.policy.allows(attempt, started, delay):
+                    raise
+                reason = type(exc).__name__
+            else:
+                if response.status_code not in RETRY_STATUSES:
+                    return response
+                delay = self.policy.backoff(attempt, retry_after_seconds(response))
+                if not self.policy.allows(attempt, started, delay):
+                    return response
+                await response.aclose()
+                reason = f"HTTP {response.status_code}"
+            log.info(
+                "retrying %s in %.1f s (%s, try %d of %d)",
+                _describe(request),
+                delay,
+                reason,
+                attempt + 1,
+                self.policy.attempts,
+            )
+            await self.sleep(delay)
+            attempt += 1
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def retry_step(
+    policy: RetryPolicy,
+    step: Callable[[int], Awaitable[T]],
+    should_retry: Callable[[Exception], bool],
+    what: str,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Run a whole step again (a new upload session, a fresh read of the source) while `should_retry`
+    says the failure was transient and the policy allows. `step` gets the attempt number."""
+    started = time.monotonic()
+    attempt = 1
+    while True:
+        try:
+            return await step(attempt)
+        except Exception as exc:
+            delay = policy.backoff(attempt)
+            if not should_retry(exc) or not policy.allows(attempt, started, delay):
+                raise
+            log.info("retrying %s in %.1f s: %s", what, delay, exc)
+        await sleep(delay)
+        attempt += 1

@@ -1,0 +1,200 @@
+"""A fault-injecting HTTP proxy between mirror and a real registry.
+
+Faults are matched in order against each request (method, path pattern), skip the first `skip` matches,
+then apply to the next `count`: answer with a status (503, 429 with Retry-After), reset the connection
+after N bytes of the request or response body, stall before answering, corrupt one byte of the response
+body, or add response headers. Everything is counted: requests, and body bytes forwarded each way.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import re
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
+
+
+@dataclass
+class Fault:
+    kind: str  # status | reset_request | reset_response | stall | corrupt | headers
+    method: str | None = None
+    path: str = ""  # a regular expression searched in the request path
+    count: int = 1
+    skip: int = 0
+    status: int = 503
+    code: str = "UNAVAILABLE"
+    retry_after: str | None = None
+    after_bytes: int = 0
+    seconds: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    seen: int = 0
+    applied: int = 0
+
+    def take(self, method: str, path: str) -> bool:
+        if (self.method and method != self.method) or not re.search(self.path, path):
+            return False
+        self.seen += 1
+        if self.seen <= self.skip or self.applied >= self.count:
+            return False
+        self.applied += 1
+        return True
+
+
+@dataclass(frozen=True)
+class Logged:
+    at: float
+    method: str
+    path: str
+    status: int
+    fault: str | None
+
+
+@dataclass
+class FaultProxy:
+    upstream_port: int
+    faults: list[Fault] = field(default_factory=list)
+    log: list[Logged] = field(default_factory=list)
+    request_bytes: Counter[str] = field(default_factory=Counter)  # body bytes sent upstream, per method
+    response_bytes: Counter[str] = field(default_factory=Counter)
+    port: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def add(self, *faults: Fault) -> None:
+        with self.lock:
+            self.faults.extend(faults)
+
+    def fault_for(self, method: str, path: str) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.take(method, path):
+                    return fault
+        return None
+
+    def record(self, method: str, path: str, status: int, fault: Fault | None) -> None:
+        with self.lock:
+            self.log.append(Logged(time.monotonic(), method, path, status, fault.kind if fault else None))
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with RST, as a dropped connection looks to the peer."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+@contextmanager
+def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(upstream_port)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _any(self) -> None:
+            method, path = self.command, self.path
+            fault = proxy.fault_for(method, path)
+            length = int(self.headers.get("Content-Length", "0"))
+            if fault and fault.kind == "stall":
+                time.sleep(fault.seconds)
+            if fault and fault.kind == "status":
+                self._drain(length)
+                proxy.record(method, path, fault.status, fault)
+                body = json.dumps({"errors": [{"code": fault.code, "message": "injected fault"}]}).encode()
+                self.send_response(fault.status)
+                if fault.retry_after is not None:
+                    self.send_header("Retry-After", fault.retry_after)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
+            try:
+                upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+                for key, value in self.headers.items():
+                    if key.lower() not in HOP_BY_HOP:
+                        upstream.putheader(key, value)
+                upstream.endheaders()
+                sent = 0
+                while sent < length:
+                    block = self.rfile.read(min(65536, length - sent))
+                    if not block:
+                        return self._abandon(upstream, method, path, fault)
+                    if fault and fault.kind == "reset_request" and sent + len(block) > fault.after_bytes:
+                        block = block[: fault.after_bytes - sent]
+                        upstream.send(block)
+                        proxy.request_bytes[method] += len(block)
+                        return self._abandon(upstream, method, path, fault)
+                    upstream.send(block)
+                    sent += len(block)
+                    proxy.request_bytes[method] += len(block)
+                response = upstream.getresponse()
+                body = response.read()
+            except OSError:
+                return self._abandon(upstream, method, path, fault)
+            finally:
+                upstream.close()
+            proxy.record(method, path, response.status, fault)
+            if fault and fault.kind == "corrupt" and body:
+                at = min(fault.after_bytes, len(body) - 1)
+                body = body[:at] + bytes([body[at] ^ 0xFF]) + body[at + 1 :]
+            self.send_response_only(response.status, response.reason)
+            for key, value in response.getheaders():
+                if key.lower() not in HOP_BY_HOP and key.lower() != "content-length":
+                    self.send_header(key, value)
+            for key, value in (fault.headers if fault and fault.kind == "headers" else {}).items():
+                self.send_header(key, value)
+            declared = response.getheader("Content-Length")
+            self.send_header("Content-Length", declared if method == "HEAD" and declared else str(len(body)))
+            self.end_headers()
+            if fault and fault.kind == "reset_response":
+                self.wfile.write(body[: fault.after_bytes])
+                self.wfile.flush()
+                proxy.response_bytes[method] += min(len(body), fault.after_bytes)
+                self.close_connection = True
+                _reset(self.connection)
+                return
+            self.wfile.write(body)
+            proxy.response_bytes[method] += len(body)
+
+        def _drain(self, length: int) -> None:
+            while length > 0:
+                block = self.rfile.read(min(65536, length))
+                if not block:
+                    return
+                length -= len(block)
+
+        def _abandon(self, upstream: http.client.HTTPConnection, method: str, path: str, fault: Fault | None) -> None:
+            upstream.close()
+            proxy.record(method, path, 0, fault)
+            self.close_connection = True
+            _reset(self.connection)
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _any
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    proxy.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        server.shutdown()
+        server.server_close()
