@@ -27,7 +27,12 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection
 
 @dataclass
 class Fault:
-    kind: str  # status | reset_request | reset_response | stall | corrupt | headers
+    # status: answer with `status` instead of forwarding; reset_request: forward `after_bytes` of the body,
+    # then reset both sides (the registry sees a partial write); drop_request: read `after_bytes` from the
+    # client and reset it, the registry never hears of the request; reset_response: send `after_bytes` of
+    # the answer's body, then reset; stall: wait `seconds` first; corrupt: flip the byte at `after_bytes`;
+    # headers: add `headers` to the answer.
+    kind: str
     method: str | None = None
     path: str = ""  # a regular expression searched in the request path
     count: int = 1
@@ -66,6 +71,7 @@ class FaultProxy:
     faults: list[Fault] = field(default_factory=list)
     log: list[Logged] = field(default_factory=list)
     request_bytes: Counter[str] = field(default_factory=Counter)  # body bytes sent upstream, per method
+    received_bytes: Counter[str] = field(default_factory=Counter)  # body bytes the client sent, per method
     response_bytes: Counter[str] = field(default_factory=Counter)
     port: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -112,8 +118,14 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
             length = int(self.headers.get("Content-Length", "0"))
             if fault and fault.kind == "stall":
                 time.sleep(fault.seconds)
+            if fault and fault.kind == "drop_request":
+                proxy.received_bytes[method] += self._drain(min(length, fault.after_bytes))
+                proxy.record(method, path, 0, fault)
+                self.close_connection = True
+                _reset(self.connection)
+                return
             if fault and fault.kind == "status":
-                self._drain(length)
+                proxy.received_bytes[method] += self._drain(length)
                 proxy.record(method, path, fault.status, fault)
                 body = json.dumps({"errors": [{"code": fault.code, "message": "injected fault"}]}).encode()
                 self.send_response(fault.status)
@@ -134,6 +146,7 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
                 sent = 0
                 while sent < length:
                     block = self.rfile.read(min(65536, length - sent))
+                    proxy.received_bytes[method] += len(block)
                     if not block:
                         return self._abandon(upstream, method, path, fault)
                     if fault and fault.kind == "reset_request" and sent + len(block) > fault.after_bytes:
@@ -154,6 +167,12 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
             if fault and fault.kind == "corrupt" and body:
                 at = min(fault.after_bytes, len(body) - 1)
                 body = body[:at] + bytes([body[at] ^ 0xFF]) + body[at + 1 :]
+            try:
+                self._answer(method, response, body, fault)
+            except OSError:  # the client gave up (a timeout): nothing to answer
+                self.close_connection = True
+
+        def _answer(self, method: str, response: http.client.HTTPResponse, body: bytes, fault: Fault | None) -> None:
             self.send_response_only(response.status, response.reason)
             for key, value in response.getheaders():
                 if key.lower() not in HOP_BY_HOP and key.lower() != "content-length":
@@ -173,12 +192,14 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
             self.wfile.write(body)
             proxy.response_bytes[method] += len(body)
 
-        def _drain(self, length: int) -> None:
-            while length > 0:
-                block = self.rfile.read(min(65536, length))
+        def _drain(self, length: int) -> int:
+            read = 0
+            while read < length:
+                block = self.rfile.read(min(65536, length - read))
                 if not block:
-                    return
-                length -= len(block)
+                    break
+                read += len(block)
+            return read
 
         def _abandon(self, upstream: http.client.HTTPConnection, method: str, path: str, fault: Fault | None) -> None:
             upstream.close()
@@ -188,8 +209,13 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
 
         do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _any
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            pass  # a client that hung up mid-answer is part of the game here
+
+    server = Server(("127.0.0.1", 0), Handler)
     proxy.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

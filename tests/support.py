@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import yaml
@@ -68,10 +68,15 @@ def requests_since(registry: LocalRegistry, mark: int) -> list[AccessEntry]:
     return registry.access_log()[mark:]
 
 
+class HasHost(Protocol):
+    @property
+    def host(self) -> str: ...
+
+
 def write_config(
     path: Path,
-    source: LocalRegistry,
-    targets: list[LocalRegistry],
+    source: HasHost,
+    targets: list[HasHost],
     images: list[dict[str, Any]] | None = None,
     **extra: Any,
 ) -> Path:

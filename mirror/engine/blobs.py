@@ -114,7 +114,7 @@ class TargetBlobs:
                     return BlobOutcome.MOUNTED
                 if blob.size >= self.chunked_threshold:
                     try:
-                        await ChunkedUpload(upload, self.upload_chunk_size, self.policy).run(session)
+                        await ChunkedUpload(upload, self.upload_chunk_size, self.policy, session).run()
                         return BlobOutcome.UPLOADED
                     except ChunkedUploadUnsupported as exc:
                         log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)

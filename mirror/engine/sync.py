@@ -19,6 +19,7 @@ from mirror.engine.verify import Verification, verify_copy
 from mirror.oci import Descriptor, ManifestError
 from mirror.progress import Progress
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
+from mirror.registry.budget import BudgetExhausted
 from mirror.registry.credentials import CredentialError
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy
@@ -28,7 +29,14 @@ from mirror.settings import MirrorSettings
 from mirror.values import write_values
 
 # Failures that end one image's copy with a one-line reason; anything else is a bug and propagates.
-EXPECTED_FAILURES = (RegistryError, RegistryUnreachable, IntegrityError, ManifestError, CredentialError)
+EXPECTED_FAILURES = (
+    RegistryError,
+    RegistryUnreachable,
+    IntegrityError,
+    ManifestError,
+    CredentialError,
+    BudgetExhausted,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,16 +75,17 @@ class ChunkedUpload:
     upload: BlobUpload
     chunk_size: int
     policy: RetryPolicy
+    session: UploadSession  # the latest confirmed session URL
     offset: int = 0  # bytes the registry confirmed
     sent: int = 0
     marks: list[tuple[int, Hasher]] = field(default_factory=lambda: [(0, new_hasher())])
 
-    async def run(self, session: UploadSession) -> None:
+    async def run(self) -> None:
         target, repository = self.upload.target, self.upload.repository
         started, attempt = time.monotonic(), 1
         while True:
             try:
-                session = await self._send_from(session)
+                await self._send_from()
                 break
             except (RegistryError, RegistryUnreachable) as exc:
                 if self._unsupported(exc):
@@ -97,15 +98,15 @@ class ChunkedUpload:
                 )
             await asyncio.sleep(delay)
             attempt += 1
-            status = await target.upload_status(repository, session)
+            status = await target.upload_status(repository, self.session)
             if status is None:
                 log.info("upload session gone; starting a new one for %s", self.upload.blob.digest)
                 fresh = await target.start_upload(repository)
                 assert fresh is not None
-                session, self.offset, self.marks = fresh, 0, [(0, new_hasher())]
+                self.session, self.offset, self.marks = fresh, 0, [(0, new_hasher())]
             else:
-                session, self.offset = status
-        await target.finish_upload(repository, session, self.upload.blob.digest, 0, b"")
+                self.session, self.offset = status
+        await target.finish_upload(repository, self.session, self.upload.blob.digest, 0, b"")
 
     def _unsupported(self, exc: BaseException) -> bool:
         return (
@@ -114,7 +115,8 @@ class ChunkedUpload:
             and (exc.status in _NO_CHUNKS or exc.code == "UNSUPPORTED")
         )
 
-    async def _send_from(self, session: UploadSession) -> UploadSession:
+    async def _send_from(self) -> None:
+        """Send from the confirmed offset to the end; `self.session` follows each confirmed chunk."""
         blob, origin = self.upload.blob, self.upload.origin
         mark, hasher = max((m for m in self.marks if m[0] <= self.offset), key=lambda m: m[0])
         hasher = hasher.copy()
@@ -127,7 +129,7 @@ class ChunkedUpload:
                 size = min(self.chunk_size, blob.size - self.offset)
                 pieces = self._pieces(reader, size, hasher, last=self.offset + size == blob.size)
                 session, received = await self.upload.target.upload_chunk(
-                    self.upload.repository, session, self.offset, size, pieces
+                    self.upload.repository, self.session, self.offset, size, pieces
                 )
                 if received != self.offset + size:
                     raise RegistryError(
@@ -137,11 +139,10 @@ class ChunkedUpload:
                         "",
                         f"registry holds {received} bytes, expected {self.offset + size}",
                     )
-                self.offset = received
+                self.session, self.offset = session, received
                 self.marks.append((self.offset, hasher.copy()))
                 if self.upload.on_bytes:
                     self.upload.on_bytes(size)
-        return session
 
     async def _pieces(self, reader: ExactReader, size: int, hasher: Hasher, last: bool) -> AsyncIterator[bytes]:
         """One chunk's bytes, hashed; the last chunk's final piece is held back until the digest checks out."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import httpx
 
 from mirror.oci import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest, ManifestError
 from mirror.reference import is_valid_digest
+from mirror.registry.budget import PullBudget
 from mirror.registry.errors import RegistryError, RegistryUnreachable, raise_for_response
 from mirror.registry.ratelimit import RateLimit, read_rate_limit
 from mirror.registry.transport import open_http_client
@@ -51,25 +53,33 @@ class BlobBody:
 class RegistryClient:
     """Registry I/O for one host. Every method names the repository it acts on; nothing is cached here."""
 
-    def __init__(self, host: str, http: httpx.AsyncClient, chunk_size: int = 1024 * 1024) -> None:
+    def __init__(
+        self, host: str, http: httpx.AsyncClient, chunk_size: int = 1024 * 1024, budget: PullBudget | None = None
+    ) -> None:
         self.host = host
         self.http = http
         self.chunk_size = chunk_size
-        self.rate_limit: RateLimit | None = None  # the latest budget the registry announced
+        self.budget = budget or PullBudget(floor=0, max_wait=0, poll_interval=1)
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The latest pull budget the registry announced (Docker Hub does), or None."""
+        return self.budget.known
 
     def _note_rate_limit(self, response: httpx.Response) -> None:
         budget = read_rate_limit(response)
         if budget is not None:
             if self.rate_limit is None or budget.remaining != self.rate_limit.remaining:
                 log.info("%s: %s", self.host, budget)
-            self.rate_limit = budget
+            self.budget.note(budget)
 
     @classmethod
     def open(cls, host: str, settings: MirrorSettings) -> RegistryClient:
         http = open_http_client(
             host, settings.registry(host), settings.transfer, settings.retry, settings.docker_config
         )
-        return cls(host, http, settings.transfer.chunk_size)
+        pull = settings.pull_budget
+        return cls(host, http, settings.transfer.chunk_size, PullBudget(pull.floor, pull.max_wait, pull.poll_interval))
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -105,8 +115,20 @@ class RegistryClient:
         return Descriptor(media_type, digest, int(response.headers.get("Content-Length", "0")))
 
     async def get_manifest(self, repository: str, ref: str) -> Manifest:
-        """The manifest's exact bytes, checked against the digest asked for (or the one the registry named)."""
+        """The manifest's exact bytes, checked against the digest asked for (or the one the registry named).
+        A GET is a counted pull on Docker Hub: it waits while the pull budget is at its floor."""
         where = self.where(repository, ref)
+        started = time.monotonic()
+        while True:
+            await self.budget.wait_for_pull(where, lambda: self.head_manifest(repository, ref))
+            try:
+                return await self._get_manifest(repository, ref, where)
+            except RegistryError as exc:
+                if exc.status != 429 or time.monotonic() - started >= self.budget.max_wait:
+                    raise
+                self.budget.spent()
+
+    async def _get_manifest(self, repository: str, ref: str, where: str) -> Manifest:
         try:
             async with self.http.stream(
                 "GET", f"/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT}

@@ -68,6 +68,14 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+BUFFERED_BODY_LIMIT = 4 * 1024 * 1024
+
+
+def _small(request: httpx.Request, response: httpx.Response) -> bool:
+    declared = response.headers.get("Content-Length", "")
+    return request.method == "GET" and declared.isdigit() and int(declared) <= BUFFERED_BODY_LIMIT
+
+
 def _replayable(request: httpx.Request) -> bool:
     return isinstance(request.stream, httpx.ByteStream)
 
@@ -97,6 +105,10 @@ class RetryTransport(httpx.AsyncBaseTransport):
         while True:
             try:
                 response = await self.inner.handle_async_request(request)
+                if _small(request, response):
+                    # Read small bodies (manifests, tag lists, token answers) here, so that a connection
+                    # dropped mid-body is retried like one dropped before the headers.
+                    await response.aread()
             except RETRY_EXCEPTIONS as exc:
                 delay = self.policy.backoff(attempt)
                 if not self.policy.allows(attempt, started, delay):

@@ -1,0 +1,273 @@
+"""Faults between mirror and real registries: resets, 5xx, 429 with Retry-After, stalls, corrupt bytes,
+Docker Hub's pull budget, and chunked uploads that resume. Faults are injected by count and size."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.cli import main
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.sample import MiB, push_single
+from tests.faultproxy import Fault, FaultProxy, fault_proxy
+from tests.support import blob_exists, manifest_digest, with_client, write_config
+from tests.test_sync import VERSION, seed_release
+
+BLOB = r"/blobs/sha256:"
+MANIFEST = r"/manifests/"
+
+
+@pytest.fixture
+def source_proxy(source: LocalRegistry) -> Iterator[FaultProxy]:
+    with fault_proxy(source.port) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def target_proxy(target: LocalRegistry) -> Iterator[FaultProxy]:
+    with fault_proxy(target.port) as proxy:
+        yield proxy
+
+
+def sync(tmp_path: Path, source: Any, target: Any, *args: str, **extra: Any) -> int:
+    config = write_config(tmp_path / "mirror.yaml", source, [target], **extra)
+    return main(["sync", VERSION, "--config", str(config), *args])
+
+
+def assert_mirrored(target: LocalRegistry, source: LocalRegistry) -> None:
+    for repository, src, tag in (
+        ("mirrored/hami", "projecthami/hami", VERSION),
+        ("mirrored/kube-webhook-certgen", "liangjw/kube-webhook-certgen", "v1.1.1"),
+    ):
+        assert manifest_digest(target, repository, tag) == manifest_digest(source, src, tag)
+
+
+def faults_applied(proxy: FaultProxy, kind: str) -> int:
+    return sum(fault.applied for fault in proxy.faults if fault.kind == kind)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault("status", method="GET", path=MANIFEST, status=503, count=2),
+        Fault("status", method="HEAD", path=MANIFEST, status=502, count=3),
+        Fault("status", method="GET", path=BLOB, status=500, count=2),
+        Fault("reset_response", method="GET", path=BLOB, after_bytes=100_000, count=2),
+        Fault("reset_response", method="GET", path=MANIFEST, after_bytes=10, count=1),
+        Fault("stall", method="GET", path=BLOB, seconds=2.0, count=1),
+        Fault("corrupt", method="GET", path=BLOB, after_bytes=1000, count=1),
+    ],
+    ids=["503-manifest", "502-head", "500-blob", "reset-blob", "reset-manifest", "stall-blob", "corrupt-blob"],
+)
+def test_transient_source_faults_are_survived(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, source_proxy: FaultProxy, fault: Fault
+) -> None:
+    seed_release(source)
+    source_proxy.add(fault)
+    assert sync(tmp_path, source_proxy, target, "--deep", transfer={"read_timeout": 1.0}) == 0
+    assert faults_applied(source_proxy, fault.kind) == fault.count
+    assert_mirrored(target, source)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault("status", method="PUT", path=BLOB.replace("sha256:", "uploads/"), status=503, count=2),
+        Fault("status", method="POST", path=r"/blobs/uploads/", status=503, count=2),
+        Fault("status", method="PUT", path=MANIFEST, status=504, count=2),
+        Fault("reset_request", method="PUT", path=r"/blobs/uploads/", after_bytes=200_000, count=2),
+        Fault("reset_response", method="HEAD", path=BLOB, after_bytes=0, count=3),
+    ],
+    ids=["503-upload", "503-start-upload", "504-manifest-put", "reset-upload", "reset-head"],
+)
+def test_transient_target_faults_are_survived(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy, fault: Fault
+) -> None:
+    seed_release(source)
+    target_proxy.add(fault)
+    assert sync(tmp_path, source, target_proxy) == 0
+    assert faults_applied(target_proxy, fault.kind) == fault.count
+    assert_mirrored(target, source)
+
+
+def test_retry_after_is_honoured(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, source_proxy: FaultProxy
+) -> None:
+    seed_release(source)
+    source_proxy.add(
+        Fault("status", method="GET", path=MANIFEST, status=429, code="TOOMANYREQUESTS", retry_after="1", count=1)
+    )
+    assert sync(tmp_path, source_proxy, target) == 0
+    refused = next(e for e in source_proxy.log if e.status == 429)
+    again = next(e for e in source_proxy.log if e.at > refused.at and e.path == refused.path)
+    assert again.at - refused.at >= 0.9  # the registry asked for a second; the policy's own delay is 0.05 s
+    assert_mirrored(target, source)
+
+
+def test_permanent_fault_fails_cleanly_and_in_bounded_time(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    target_proxy: FaultProxy,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seed_release(source)
+    target_proxy.add(Fault("status", method="PUT", path=MANIFEST, status=503, count=1000))
+    started = time.monotonic()
+    assert sync(tmp_path, source, target_proxy, retry={"attempts": 3, "base_delay": 0.05, "max_delay": 0.1}) == 1
+    assert time.monotonic() - started < 20
+    err = capsys.readouterr().err
+    assert "503 UNAVAILABLE: injected fault" in err and "Traceback" not in err
+    assert faults_applied(target_proxy, "status") <= 2 * 3 * 5  # two images, three tries, a few manifests
+    assert manifest_digest(target, "mirrored/hami", VERSION) is None
+
+
+def test_a_blob_corrupt_at_every_read_is_never_committed(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    source_proxy: FaultProxy,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hami, certgen = seed_release(source)
+    victim = max(set(hami.blobs) - set(certgen.blobs), key=lambda d: hami.blobs[d])  # in one repository only
+    source_proxy.add(Fault("corrupt", method="GET", path=victim.replace(":", r"\:"), count=1000))
+    assert sync(tmp_path, source_proxy, target, retry={"attempts": 3, "base_delay": 0.01}) == 1
+    err = capsys.readouterr().err
+    assert f"blob {victim}: source sent" in err
+    assert faults_applied(source_proxy, "corrupt") == 3
+    assert not blob_exists(target, "mirrored/hami", victim)
+    assert manifest_digest(target, "mirrored/hami", VERSION) is None
+
+
+def large_image(source: LocalRegistry, size: int) -> str:
+    image = with_client(source, lambda c: push_single(c, "big/layer", "v1", layer_sizes=(size,), seed=5))
+    return max(image.blobs, key=lambda d: image.blobs[d])
+
+
+CHUNKED = {"chunked_upload_threshold": 4 * MiB, "upload_chunk_size": 2 * MiB}
+BIG_IMAGE = [{"name": "layer", "source": "big/layer", "tag": "v1"}]
+
+
+def layer_requests(proxy: FaultProxy, method: str, digest: str) -> list[Any]:
+    """Requests of one upload: PATCHes and GETs carry no digest, so count those of every session with
+    more than one request (the config blob's upload is a single PUT)."""
+    if method == "PUT":
+        return [e for e in proxy.log if e.method == "PUT" and digest.replace(":", "%3A") in e.path]
+    return [e for e in proxy.log if e.method == method and "/blobs/uploads/" in e.path]
+
+
+def test_chunked_upload_resumes_from_the_registrys_offset(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    size = 12 * MiB
+    digest = large_image(source, size)
+    # The fourth chunk is lost on the way after 1 MiB: the registry still holds three chunks (6 MiB).
+    target_proxy.add(Fault("drop_request", method="PATCH", path=r"/blobs/uploads/", skip=3, after_bytes=MiB))
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=CHUNKED) == 0
+    assert faults_applied(target_proxy, "drop_request") == 1
+    asked = [e for e in layer_requests(target_proxy, "GET", digest) if e.status == 204]
+    assert len(asked) == 1  # "how much arrived?"
+    assert len(layer_requests(target_proxy, "PATCH", digest)) == 7  # six chunks, the fourth twice
+    # the client sent the blob plus the lost megabyte; a restart would have sent 6 MiB more
+    assert target_proxy.received_bytes["PATCH"] == size + MiB
+    assert target_proxy.request_bytes["PATCH"] == size
+    assert len([e for e in target_proxy.log if e.method == "POST"]) == 2  # config blob + layer: one session each
+    assert blob_exists(target, "mirrored/layer", digest)
+
+
+def test_chunked_upload_starts_over_when_the_registry_drops_the_session(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    # Half a chunk reaches the registry before the reset: distribution cancels such a session, so the
+    # status GET finds nothing and a new session starts from the first byte.
+    digest = large_image(source, 8 * MiB)
+    target_proxy.add(Fault("reset_request", method="PATCH", path=r"/blobs/uploads/", skip=1, after_bytes=MiB))
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=CHUNKED) == 0
+    assert [e.status for e in layer_requests(target_proxy, "GET", digest)] == [404]
+    assert len([e for e in target_proxy.log if e.method == "POST"]) == 3  # config, layer, layer again
+    assert blob_exists(target, "mirrored/layer", digest)
+
+
+def test_registry_without_chunked_uploads_gets_one_put(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    digest = large_image(source, 6 * MiB)
+    target_proxy.add(Fault("status", method="PATCH", path=r"/blobs/uploads/", status=405, code="UNSUPPORTED"))
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=CHUNKED) == 0
+    assert len(layer_requests(target_proxy, "PUT", digest)) == 1
+    assert target_proxy.request_bytes["PUT"] >= 6 * MiB
+    assert blob_exists(target, "mirrored/layer", digest)
+
+
+def test_a_resume_reads_only_the_rest_of_the_source_blob(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    digest = large_image(source, 8 * MiB)
+    target_proxy.add(Fault("drop_request", method="PATCH", path=r"/blobs/uploads/", skip=2, after_bytes=MiB))
+    mark = len(source.access_log())
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=CHUNKED) == 0
+    reads = [e for e in source.access_log()[mark:] if e.method == "GET" and digest in e.path]
+    assert [e.status for e in reads] == [200, 206]  # the whole blob once, then the rest with Range
+    assert blob_exists(target, "mirrored/layer", digest)
+
+
+# -- Docker Hub's pull budget ---------------------------------------------------------------------------
+
+
+def budget(remaining: int, count: int = 1) -> Fault:
+    return Fault(
+        "headers",
+        path=MANIFEST,
+        headers={"ratelimit-remaining": f"{remaining};w=21600", "ratelimit-limit": "100;w=21600"},
+        count=count,
+    )
+
+
+def test_manifest_gets_pause_until_the_budget_allows(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    source_proxy: FaultProxy,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seed_release(source)
+    source_proxy.add(budget(0, count=4), budget(60, count=1000))
+    fast = {"floor": 1, "poll_interval": 0.1, "max_wait": 30}
+    assert sync(tmp_path, source_proxy, target, "--json", pull_budget=fast) == 0
+    heads_at_zero = [e for e in source_proxy.log if e.fault == "headers"][:4]
+    first_get = next(e for e in source_proxy.log if e.method == "GET" and MANIFEST in e.path)
+    assert all(e.method == "HEAD" for e in heads_at_zero) and first_get.at > heads_at_zero[-1].at
+    report = json.loads(capsys.readouterr().out)
+    assert report["source_rate_limit"] == {"remaining": 60, "limit": 100, "window_seconds": 21600}
+    assert_mirrored(target, source)
+
+
+def test_an_empty_budget_fails_after_the_maximum_wait(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    source_proxy: FaultProxy,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seed_release(source)
+    source_proxy.add(budget(0, count=1000))
+    assert sync(tmp_path, source_proxy, target, pull_budget={"floor": 0, "poll_interval": 0.1, "max_wait": 0.5}) == 1
+    assert "pull budget" in capsys.readouterr().err
+    assert not any(e.method == "GET" and MANIFEST in e.path for e in source_proxy.log)
+
+
+def test_the_fast_path_works_with_an_empty_budget(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, source_proxy: FaultProxy
+) -> None:
+    seed_release(source)
+    assert sync(tmp_path, source_proxy, target) == 0
+    source_proxy.add(budget(0, count=1000))
+    mark = len(source_proxy.log)
+    assert sync(tmp_path, source_proxy, target, pull_budget={"floor": 0, "poll_interval": 0.1, "max_wait": 0.5}) == 0
+    assert {e.method for e in source_proxy.log[mark:]} == {"HEAD"}
