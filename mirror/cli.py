@@ -6,18 +6,21 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
 from mirror import __version__
+from mirror.engine.lock import LockTimeout
+from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, sync
 from mirror.progress import progress_for
 from mirror.reference import ReferenceError
 from mirror.release import VersionError
 from mirror.report import ReleaseResult
-from mirror.settings import ConfigError, load_settings
+from mirror.settings import ConfigError, MirrorSettings, load_settings
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,13 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
+    shutdown = Shutdown()
     try:
         settings = load_settings(args.config)
         options = SyncOptions(tuple(args.target), args.dry_run, args.deep, args.force)
-        results = asyncio.run(sync(settings, args.versions, options, progress_for(sys.stderr)))
+        results = asyncio.run(_sync(settings, args.versions, options, shutdown))
     except (ConfigError, VersionError, ReferenceError) as exc:
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except LockTimeout as exc:
+        print(f"mirror: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
         return 130
@@ -57,7 +64,25 @@ def main(argv: list[str] | None = None) -> int:
     failures = [line for r in results for line in r.failures()]
     for line in failures:
         print(f"mirror: {line}", file=sys.stderr)
+    if shutdown.stopping:
+        print(
+            f"mirror: stopped by SIGTERM; {len(failures)} copy(ies) left unfinished, no tag moved for them",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINATED
     return EXIT_FAILED if failures else EXIT_OK
+
+
+async def _sync(
+    settings: MirrorSettings, versions: list[str], options: SyncOptions, shutdown: Shutdown
+) -> list[ReleaseResult]:
+    """Run the sync with SIGTERM meaning: start nothing new, give in-flight uploads a grace period."""
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, shutdown.request, settings.shutdown_grace)
+    try:
+        return await sync(settings, versions, options, progress_for(sys.stderr), shutdown)
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def print_summary(results: list[ReleaseResult]) -> None:

@@ -179,6 +179,7 @@ class MirrorSettings(BaseSettings):
     pull_budget: BudgetSettings = BudgetSettings()
     shutdown_grace: float = Field(default=20.0, ge=0)  # seconds in-flight uploads get after SIGTERM
     lock_timeout: float = Field(default=600.0, ge=0)  # how long to wait for another sync of a target
+    lock_dir: Path | None = None  # default: <temp dir>/mirror-locks, shared by every config on the machine
     values: ValuesSettings = ValuesSettings()
 
     @classmethod

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.upload import (
     BlobOrigin,
     BlobUpload,
@@ -42,6 +43,7 @@ class TargetBlobs:
     policy: RetryPolicy
     chunked_threshold: int
     upload_chunk_size: int
+    shutdown: Shutdown = field(default_factory=Shutdown)
     _present: dict[str, set[str]] = field(default_factory=dict)
     _first: dict[str, str] = field(default_factory=dict)  # digest -> the repository that transfers it
     _ensured: dict[tuple[str, str], asyncio.Task[BlobOutcome]] = field(default_factory=dict)
@@ -81,7 +83,12 @@ class TargetBlobs:
             task = asyncio.ensure_future(self._ensure(repository, blob, origin, on_bytes))
             task.add_done_callback(_consume_exception)  # a waiter may have been cancelled
             self._ensured[key] = task
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled() and self.shutdown.abandoned:
+                raise Interrupted(f"blob {blob.digest}: upload abandoned at shutdown") from None
+            raise
 
     def cancel_pending(self) -> None:
         for task in self._ensured.values():
@@ -104,7 +111,9 @@ class TargetBlobs:
         upload = BlobUpload(self.client, repository, blob, origin, on_bytes)
 
         async def attempt(number: int) -> BlobOutcome:
+            self.shutdown.check()
             async with self.transfer_limit:
+                self.shutdown.check()
                 session = await self.client.start_upload(
                     repository, blob.digest, self.mount_source(repository, blob.digest)
                 )

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.copy import copy_to_target
 from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
+from mirror.engine.lock import target_locks
 from mirror.engine.plan import plan_target
+from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin
 from mirror.engine.verify import Verification, verify_copy
@@ -36,6 +38,7 @@ EXPECTED_FAILURES = (
     ManifestError,
     CredentialError,
     BudgetExhausted,
+    Interrupted,
 )
 
 
@@ -57,8 +60,11 @@ class Syncer:
         clients: dict[str, RegistryClient],
         options: SyncOptions,
         progress: Progress,
+        shutdown: Shutdown | None = None,
     ) -> None:
         self.settings = settings
+        self.shutdown = shutdown or Shutdown()
+        self.shutdown.on_abandon(self.cancel_pending)
         self.clients = clients
         self.options = options
         self.progress = progress
@@ -77,6 +83,7 @@ class Syncer:
                 RetryPolicy.from_settings(retry),
                 transfer.chunked_upload_threshold,
                 transfer.upload_chunk_size,
+                self.shutdown,
             )
         return state
 
@@ -198,13 +205,18 @@ class Syncer:
 
 
 async def sync(
-    settings: MirrorSettings, versions: list[str], options: SyncOptions, progress: Progress
+    settings: MirrorSettings,
+    versions: list[str],
+    options: SyncOptions,
+    progress: Progress,
+    shutdown: Shutdown | None = None,
 ) -> list[ReleaseResult]:
-    """Validate the request, open one client per registry host, run, close."""
+    """Validate the request, take the targets' locks, open one client per registry host, run, close."""
     jobs = build_release_jobs(settings, versions, list(options.target_names) or None)
     clients = {host: RegistryClient.open(host, settings) for host in registry_hosts(jobs)}
     try:
-        return await Syncer(settings, clients, options, progress).run(jobs)
+        async with target_locks(settings, jobs, enabled=not options.dry_run):
+            return await Syncer(settings, clients, options, progress, shutdown).run(jobs)
     finally:
         await asyncio.gather(*(c.aclose() for c in clients.values()))
         progress.close()

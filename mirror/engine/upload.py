@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from mirror.engine.shutdown import Interrupted
 from mirror.engine.stream import ExactReader, Hasher, check_digest, new_hasher, verified_stream
 from mirror.oci import Descriptor
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable, UploadSession
@@ -42,7 +43,7 @@ class BlobUpload:
 def is_transient(exc: BaseException) -> bool:
     """Worth another try: the network, a registry's passing trouble, a refused token under a streamed body,
     an upload session that is gone or out of step, or bytes that came wrong from the source."""
-    if isinstance(exc, AuthError):
+    if isinstance(exc, AuthError | Interrupted):
         return False
     if isinstance(exc, RegistryUnreachable | IntegrityError):
         return True

@@ -1,0 +1,44 @@
+"""Stopping a run on SIGTERM: no new blob transfers start; those in flight get a grace period, then are
+abandoned. Either way no tag is pushed for an image that did not complete."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger("mirror")
+
+
+class Interrupted(Exception):
+    """Work refused or abandoned because the run is shutting down."""
+
+
+class Shutdown:
+    def __init__(self) -> None:
+        self.stopping = False
+        self.abandoned = False
+        self._on_abandon: list[Callable[[], None]] = []
+
+    def on_abandon(self, callback: Callable[[], None]) -> None:
+        self._on_abandon.append(callback)
+
+    def check(self) -> None:
+        if self.stopping:
+            raise Interrupted("not started: the run is shutting down")
+
+    def request(self, grace: float, reason: str = "SIGTERM") -> None:
+        """Stop starting work now; abandon what is in flight after `grace` seconds."""
+        if self.stopping:
+            return
+        self.stopping = True
+        log.warning("%s: finishing in-flight uploads for up to %.0f s, starting nothing new", reason, grace)
+        asyncio.get_running_loop().call_later(grace, self.abandon)
+
+    def abandon(self) -> None:
+        if self.abandoned:
+            return
+        self.abandoned = True
+        log.warning("grace period over: abandoning in-flight uploads")
+        for callback in self._on_abandon:
+            callback()
