@@ -161,8 +161,13 @@ def cdn_server(root: Path, delay: float = 0.0) -> Iterator[CdnServer]:
         def do_HEAD(self) -> None:
             self._serve(False)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            pass  # a client that hung up mid-blob (a killed sync) is expected here
+
+    server = Server(("127.0.0.1", 0), Handler)
     cdn.server = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

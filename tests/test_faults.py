@@ -271,3 +271,21 @@ def test_the_fast_path_works_with_an_empty_budget(
     mark = len(source_proxy.log)
     assert sync(tmp_path, source_proxy, target, pull_budget={"floor": 0, "poll_interval": 0.1, "max_wait": 0.5}) == 0
     assert {e.method for e in source_proxy.log[mark:]} == {"HEAD"}
+
+
+def test_a_resume_rereads_a_source_that_ignores_range(
+    tmp_path: Path, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    from mirror.demo.localregistry import start_registry
+    from tests.support import cdn_server
+
+    with cdn_server(tmp_path / "cdn-source" / "data") as cdn:  # serves whole files, never 206
+        source = start_registry(tmp_path / "cdn-source", redirect_to=cdn.url)
+        try:
+            digest = large_image(source, 8 * MiB)
+            target_proxy.add(Fault("drop_request", method="PATCH", path=r"/blobs/uploads/", skip=2, after_bytes=MiB))
+            assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=CHUNKED) == 0
+            assert target_proxy.request_bytes["PATCH"] == 8 * MiB  # still only the missing chunks were sent
+            assert blob_exists(target, "mirrored/layer", digest)
+        finally:
+            source.stop()

@@ -1,0 +1,295 @@
+"""Crash safety and process-level behaviour: SIGKILL at random points, SIGTERM with a grace period, the
+target registry dying mid-copy, two syncs of one target, and memory that stays flat in blob size."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mirror.demo.localregistry import LocalRegistry, start_registry
+from mirror.demo.sample import MiB
+from mirror.engine.verify import verify_copy
+from mirror.oci import DOCKER_CONFIG, OCI_MANIFEST, Manifest
+from mirror.registry import RegistryClient
+from tests.support import CdnServer, cdn_server, manifest_digest, plain_settings, with_client, write_config
+from tests.test_sync import VERSION, seed_release
+
+IMAGES = (("mirrored/hami", VERSION), ("mirrored/kube-webhook-certgen", "v1.1.1"))
+
+
+@contextmanager
+def slow_source(tmp_path: Path, delay: float) -> Iterator[tuple[LocalRegistry, CdnServer]]:
+    """A source whose blob bytes come from a CDN that takes `delay` seconds for each blob."""
+    with cdn_server(tmp_path / "source" / "data", delay=delay) as cdn:
+        source = start_registry(tmp_path / "source", redirect_to=cdn.url)
+        try:
+            yield source, cdn
+        finally:
+            source.stop()
+
+
+def mirror_command(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config), *args]
+
+
+def spawn(config: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(mirror_command(config, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition: Any, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def first_upload_started(target: LocalRegistry) -> bool:
+    return any(e.method == "POST" and "/blobs/uploads/" in e.path for e in target.access_log())
+
+
+def incomplete_tags(target: LocalRegistry) -> list[str]:
+    """Tags at the target that do not verify: each must be absent or complete."""
+
+    async def check(client: RegistryClient) -> list[str]:
+        problems = []
+        for repository, tag in IMAGES:
+            digest = manifest_digest(target, repository, tag)
+            if digest is not None:
+                verification = await verify_copy(client, repository, tag, digest)
+                problems += list(verification.problems)
+        return problems
+
+    return with_client(target, check)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_sigkill_at_a_random_point_never_leaves_an_incomplete_tag(tmp_path: Path, seed: int) -> None:
+    with slow_source(tmp_path, delay=0.3) as (source, _):
+        target = start_registry(tmp_path / "target")
+        try:
+            seed_release(source)
+            config = write_config(tmp_path / "mirror.yaml", source, [target])
+            delays = random.Random(seed)
+            for _ in range(3):  # kill it three times over, each at another moment
+                process = spawn(config)
+                time.sleep(delays.uniform(0.05, 2.0))
+                process.send_signal(signal.SIGKILL)
+                process.communicate()
+                assert incomplete_tags(target) == []
+            final = subprocess.run(mirror_command(config), capture_output=True, text=True)
+            assert final.returncode == 0, final.stderr
+            for repository, tag in IMAGES:
+                assert manifest_digest(target, repository, tag) is not None
+            assert incomplete_tags(target) == []
+        finally:
+            target.stop()
+
+
+def test_sigterm_lets_in_flight_uploads_finish_then_exits_143(tmp_path: Path) -> None:
+    with slow_source(tmp_path, delay=0.5) as (source, _):
+        target = start_registry(tmp_path / "target")
+        try:
+            seed_release(source)
+            config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=10)
+            process = spawn(config)
+            wait_for(lambda: first_upload_started(target))
+            process.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            _, err = process.communicate(timeout=30)
+            assert process.returncode == 143
+            assert time.monotonic() - started < 10
+            assert "stopped by SIGTERM" in err and "Traceback" not in err
+            assert "upload abandoned" not in err  # the grace period was enough for what was in flight
+            finished = [e for e in target.access_log() if e.method == "PUT" and "/blobs/uploads/" in e.path]
+            assert finished and all(e.status == 201 for e in finished)
+            assert incomplete_tags(target) == []
+        finally:
+            target.stop()
+
+
+def test_sigterm_abandons_uploads_after_the_grace_period(tmp_path: Path) -> None:
+    with slow_source(tmp_path, delay=3.0) as (source, _):
+        target = start_registry(tmp_path / "target")
+        try:
+            seed_release(source)
+            config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=0.3)
+            process = spawn(config)
+            wait_for(lambda: first_upload_started(target))
+            process.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            _, err = process.communicate(timeout=30)
+            assert process.returncode == 143
+            assert time.monotonic() - started < 2.5  # far less than the 3 s a blob takes
+            assert "upload abandoned at shutdown" in err and "Traceback" not in err
+            for repository, tag in IMAGES:
+                assert manifest_digest(target, repository, tag) is None
+        finally:
+            target.stop()
+
+
+def test_target_registry_killed_mid_copy_then_a_rerun_completes(tmp_path: Path) -> None:
+    with slow_source(tmp_path, delay=0.4) as (source, _):
+        target = start_registry(tmp_path / "target")
+        try:
+            seed_release(source)
+            config = write_config(tmp_path / "mirror.yaml", source, [target], retry={"attempts": 2, "base_delay": 0.05})
+            process = spawn(config)
+            wait_for(lambda: first_upload_started(target))
+            target.process.send_signal(signal.SIGKILL)
+            target.process.wait()
+            _, err = process.communicate(timeout=60)
+            assert process.returncode == 1
+            assert "registry unreachable" in err and "Traceback" not in err
+            target = start_registry(tmp_path / "target", port=target.port)  # same storage, same port
+            assert incomplete_tags(target) == []
+            rerun = subprocess.run(mirror_command(config), capture_output=True, text=True)
+            assert rerun.returncode == 0, rerun.stderr
+            for repository, tag in IMAGES:
+                assert manifest_digest(target, repository, tag) is not None
+        finally:
+            target.stop()
+
+
+def test_two_syncs_of_one_target_take_turns(tmp_path: Path) -> None:
+    with slow_source(tmp_path, delay=0.3) as (source, _):
+        target = start_registry(tmp_path / "target")
+        try:
+            seed_release(source)
+            config = write_config(tmp_path / "mirror.yaml", source, [target], lock_dir=str(tmp_path / "locks"))
+            first = spawn(config)
+            wait_for(lambda: first_upload_started(target))
+            second = spawn(config, "--json")
+            _, first_err = first.communicate(timeout=60)
+            second_out, second_err = second.communicate(timeout=60)
+            assert first.returncode == 0, first_err
+            assert second.returncode == 0, second_err
+            assert "waiting for another mirror sync of the same target" in second_err
+            # the second run started after the first had finished: everything was already there
+            actions = [t["action"] for i in yaml.safe_load(second_out)["images"] for t in i["targets"]]
+            assert actions == ["up-to-date", "up-to-date"]
+        finally:
+            target.stop()
+
+
+def test_a_sync_waiting_too_long_for_the_lock_gives_up(tmp_path: Path) -> None:
+    with slow_source(tmp_path, delay=1.0) as (source, _):
+        target = start_registry(tmp_path / "target")
+        try:
+            seed_release(source)
+            locks = str(tmp_path / "locks")
+            slow = write_config(tmp_path / "slow.yaml", source, [target], lock_dir=locks)
+            impatient = write_config(tmp_path / "impatient.yaml", source, [target], lock_dir=locks, lock_timeout=0.5)
+            first = spawn(slow)
+            wait_for(lambda: first_upload_started(target))
+            second = subprocess.run(mirror_command(impatient), capture_output=True, text=True, timeout=30)
+            assert second.returncode == 1
+            assert "another mirror sync holds" in second.stderr
+            assert first.wait(timeout=60) == 0
+        finally:
+            target.stop()
+
+
+# -- memory ---------------------------------------------------------------------------------------------
+
+
+def pattern(seed: int, size: int, block: int = 8 * MiB) -> Iterator[bytes]:
+    """`size` bytes of repeatable noise, generated a block at a time."""
+    rng = random.Random(seed)
+    base = rng.randbytes(block)
+    sent = 0
+    index = 0
+    while sent < size:
+        piece = hashlib.sha256(index.to_bytes(8, "big")).digest() + base[32:]
+        piece = piece[: size - sent]
+        sent += len(piece)
+        index += 1
+        yield piece
+
+
+def push_large_image(source: LocalRegistry, repository: str, size: int) -> str:
+    hasher = hashlib.sha256()
+    for piece in pattern(3, size):
+        hasher.update(piece)
+    layer_digest = "sha256:" + hasher.hexdigest()
+
+    async def push(client: RegistryClient) -> str:
+        async def body() -> AsyncIterator[bytes]:
+            for piece in pattern(3, size):
+                yield piece
+
+        session = await client.start_upload(repository)
+        assert session is not None
+        await client.finish_upload(repository, session, layer_digest, size, body())
+        config = b'{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}'
+        config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+        await client.push_blob(repository, config_digest, config)
+        layer_type = "application/vnd.oci.image.layer.v1.tar+gzip"
+        raw = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": DOCKER_CONFIG, "digest": config_digest, "size": len(config)},
+                "layers": [{"mediaType": layer_type, "digest": layer_digest, "size": size}],
+            }
+        ).encode()
+        await client.put_manifest(repository, "v1", Manifest.parse(raw))
+        return layer_digest
+
+    return with_client(source, push)
+
+
+def peak_rss_mb(command: list[str]) -> tuple[int, float]:
+    """Run `command` and watch its VmHWM (peak resident set since exec; a forked child's own rusage would
+    count the pages it shared with this test process before exec)."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak_kb = 0
+    status = Path(f"/proc/{process.pid}/status")
+    while process.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak_kb = max(peak_kb, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.01)
+    return process.returncode, peak_kb / 1024
+
+
+@pytest.mark.parametrize("size_mb", [1024])
+def test_memory_stays_flat_in_blob_size(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, size_mb: int
+) -> None:
+    small_digest = push_large_image(source, "small/layer", 16 * MiB)
+    large_digest = push_large_image(source, "large/layer", size_mb * MiB)
+    runs = {}
+    for name, digest in (("small", small_digest), ("large", large_digest)):
+        images = [{"name": name, "source": f"{name}/layer", "tag": "v1"}]
+        config = write_config(tmp_path / f"{name}.yaml", source, [target], images=images)
+        code, rss = peak_rss_mb(mirror_command(config))
+        assert code == 0
+        runs[name] = rss
+        assert asyncio.run(_exists(target, f"mirrored/{name}", digest))
+    print(f"peak RSS: {runs}")
+    assert runs["large"] < 150, runs
+    assert runs["large"] - runs["small"] < 30, runs  # flat: the blob's size does not show in memory
+
+
+async def _exists(target: LocalRegistry, repository: str, digest: str) -> bool:
+    client = RegistryClient.open(target.host, plain_settings(target.host))
+    try:
+        return await client.head_blob(repository, digest) is not None
+    finally:
+        await client.aclose()
