@@ -148,6 +148,13 @@ class TransferSettings(_Model):
     read_timeout: float = Field(default=120.0, gt=0)
 
 
+class SpoolSettings(_Model):
+    """Where blobs going to several targets are spooled, so the source is read once."""
+
+    dir: Path | None = None  # default: the system temp directory
+    max_bytes: int = Field(default=4 * 1024**3, ge=0)  # blobs that do not fit are streamed per target
+
+
 class RetrySettings(_Model):
     """Retries of transient failures: exponential backoff with jitter, capped in count and total time."""
 
@@ -176,6 +183,7 @@ class MirrorSettings(BaseSettings):
     docker_config: Path | None = None  # a docker config.json or a mounted dockerconfigjson secret
     transfer: TransferSettings = TransferSettings()
     retry: RetrySettings = RetrySettings()
+    spool: SpoolSettings = SpoolSettings()
     pull_budget: BudgetSettings = BudgetSettings()
     shutdown_grace: float = Field(default=20.0, ge=0)  # seconds in-flight uploads get after SIGTERM
     lock_timeout: float = Field(default=600.0, ge=0)  # how long to wait for another sync of a target

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.copy import copy_to_target
+from mirror.engine.fanout import Spool
 from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import plan_target
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.tree import ManifestTree, load_tree
-from mirror.engine.upload import BlobOrigin
+from mirror.engine.upload import BlobOrigin, RegistryOrigin
 from mirror.engine.verify import Verification, verify_copy
 from mirror.oci import Descriptor, ManifestError
 from mirror.progress import Progress
@@ -69,6 +70,7 @@ class Syncer:
         self.options = options
         self.progress = progress
         self._transfer_limit = asyncio.Semaphore(settings.transfer.blob_concurrency)
+        self.spool = Spool(settings.spool.max_bytes, settings.transfer.chunk_size, settings.spool.dir)
         self._blobs: dict[str, TargetBlobs] = {}
         self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
 
@@ -93,6 +95,12 @@ class Syncer:
             return [await self.run_release(job, latest=job.version == newest) for job in jobs]
         finally:
             self.cancel_pending()
+            await self.spool.aclose()
+
+    def origin_for(self, job: ImageJob) -> BlobOrigin:
+        """The source repository; through the spool when several targets want the same blobs."""
+        source = RegistryOrigin(self.clients[job.source.registry], job.source.name)
+        return self.spool.origin(source) if len(job.targets) > 1 else source
 
     def cancel_pending(self) -> None:
         """Stop transfers nobody waits for any more (their image already failed)."""
@@ -181,7 +189,7 @@ class Syncer:
         stats = await copy_to_target(
             plan,
             job.tag,
-            BlobOrigin(self.clients[job.source.registry], job.source.name),
+            self.origin_for(job),
             client,
             blobs,
             self.settings.transfer.manifest_concurrency,

@@ -7,12 +7,14 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mirror.engine.shutdown import Interrupted
 from mirror.engine.stream import ExactReader, Hasher, check_digest, new_hasher, verified_stream
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable, UploadSession
+from mirror.registry import BlobBody, RegistryClient, RegistryError, RegistryUnreachable, UploadSession
 from mirror.registry.auth import AuthError
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RETRY_STATUSES, RetryPolicy
@@ -21,12 +23,21 @@ log = logging.getLogger("mirror")
 _NO_CHUNKS = frozenset({405, 501})
 
 
+class BlobOrigin(Protocol):
+    """Where a blob's bytes come from."""
+
+    def open(self, blob: Descriptor, start: int = 0) -> AbstractAsyncContextManager[BlobBody]: ...
+
+
 @dataclass(frozen=True, slots=True)
-class BlobOrigin:
-    """Where a blob's bytes come from: a repository at the source registry."""
+class RegistryOrigin:
+    """A repository at the source registry."""
 
     client: RegistryClient
     repository: str
+
+    def open(self, blob: Descriptor, start: int = 0) -> AbstractAsyncContextManager[BlobBody]:
+        return self.client.open_blob(self.repository, blob.digest, start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +69,7 @@ def is_transient(exc: BaseException) -> bool:
 
 async def upload_whole(upload: BlobUpload, session: UploadSession) -> None:
     """One PUT with the whole body, streamed from the source and checked as it passes."""
-    async with upload.origin.client.open_blob(upload.origin.repository, upload.blob.digest) as body:
+    async with upload.origin.open(upload.blob) as body:
         stream = verified_stream(body.chunks, upload.blob, upload.on_bytes)
         await upload.target.finish_upload(upload.repository, session, upload.blob.digest, upload.blob.size, stream)
 
@@ -121,7 +132,7 @@ class ChunkedUpload:
         blob, origin = self.upload.blob, self.upload.origin
         mark, hasher = max((m for m in self.marks if m[0] <= self.offset), key=lambda m: m[0])
         hasher = hasher.copy()
-        async with origin.client.open_blob(origin.repository, blob.digest, start=mark) as body:
+        async with origin.open(blob, start=mark) as body:
             reader = ExactReader(body.chunks)
             await reader.discard(mark - body.start)  # the source ignored Range: skip what it resent
             async for piece in reader.take(self.offset - mark):  # bytes the registry has: hash, do not send
