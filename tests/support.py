@@ -6,7 +6,7 @@ import asyncio
 import http.server
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +76,7 @@ class HasHost(Protocol):
 def write_config(
     path: Path,
     source: HasHost,
-    targets: list[HasHost],
+    targets: Sequence[HasHost],
     images: list[dict[str, Any]] | None = None,
     **extra: Any,
 ) -> Path:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from mirror.demo.localregistry import LocalRegistry, start_registry
+from mirror.demo.procstat import run_measured
 from mirror.demo.sample import MiB
 from mirror.engine.verify import verify_copy
 from mirror.oci import DOCKER_CONFIG, OCI_MANIFEST, Manifest
@@ -251,23 +252,6 @@ def push_large_image(source: LocalRegistry, repository: str, size: int) -> str:
     return with_client(source, push)
 
 
-def peak_rss_mb(command: list[str]) -> tuple[int, float]:
-    """Run `command` and watch its VmHWM (peak resident set since exec; a forked child's own rusage would
-    count the pages it shared with this test process before exec)."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peak_kb = 0
-    status = Path(f"/proc/{process.pid}/status")
-    while process.poll() is None:
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak_kb = max(peak_kb, int(line.split()[1]))
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.01)
-    return process.returncode, peak_kb / 1024
-
-
 @pytest.mark.parametrize("size_mb", [1024])
 def test_memory_stays_flat_in_blob_size(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, size_mb: int
@@ -278,9 +262,9 @@ def test_memory_stays_flat_in_blob_size(
     for name, digest in (("small", small_digest), ("large", large_digest)):
         images = [{"name": name, "source": f"{name}/layer", "tag": "v1"}]
         config = write_config(tmp_path / f"{name}.yaml", source, [target], images=images)
-        code, rss = peak_rss_mb(mirror_command(config))
-        assert code == 0
-        runs[name] = rss
+        measured = run_measured(mirror_command(config))
+        assert measured.returncode == 0, measured.stderr
+        runs[name] = measured.peak_rss_mb
         assert asyncio.run(_exists(target, f"mirrored/{name}", digest))
     print(f"peak RSS: {runs}")
     assert runs["large"] < 150, runs

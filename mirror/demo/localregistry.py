@@ -15,7 +15,7 @@ from urllib.parse import unquote
 import httpx
 import yaml
 
-_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
+_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) (?P<size>\d+)?')
 
 
 class RegistryBinaryMissing(RuntimeError):
@@ -27,6 +27,7 @@ class AccessEntry:
     method: str
     path: str
     status: int
+    size: int = 0  # response body bytes
 
 
 def free_port() -> int:
@@ -71,7 +72,7 @@ class LocalRegistry:
     def access_log(self) -> list[AccessEntry]:
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return [
-            AccessEntry(m["method"], unquote(m["path"]), int(m["status"]))
+            AccessEntry(m["method"], unquote(m["path"]), int(m["status"]), int(m["size"] or 0))
             for line in text.splitlines()
             if " - - [" in line and (m := _ACCESS.search(line))
         ]
