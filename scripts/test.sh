@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-echo "== ruff" && .venv/bin/ruff check mirror tests
-echo "== ruff format" && .venv/bin/ruff format --check mirror tests
-echo "== mypy" && .venv/bin/mypy
+echo "== ruff" && .venv/bin/ruff check mirror tests bench
+echo "== ruff format" && .venv/bin/ruff format --check mirror tests bench
+echo "== mypy" && .venv/bin/mypy && .venv/bin/mypy bench/run.py
 echo "== pytest" && exec .venv/bin/pytest "$@"

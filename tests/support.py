@@ -15,10 +15,9 @@ from typing import Any, Protocol, TypeVar
 import httpx
 import yaml
 
-from mirror.demo.localregistry import AccessEntry, LocalRegistry
+from mirror.demo.localregistry import AccessEntry, LocalRegistry, client_settings
 from mirror.oci import MANIFEST_ACCEPT
 from mirror.registry import RegistryClient
-from mirror.settings import MirrorSettings
 
 T = TypeVar("T")
 
@@ -30,12 +29,7 @@ def run_async(make: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(runner())
 
 
-def plain_settings(*hosts: str) -> MirrorSettings:
-    return MirrorSettings(
-        targets=[{"name": "t", "registry": hosts[0], "namespace": "ns"}],  # type: ignore[list-item]
-        images=[{"name": "x", "source": "a/b"}],  # type: ignore[list-item]
-        registries={h: {"plain_http": True} for h in hosts},  # type: ignore[misc]
-    )
+plain_settings = client_settings
 
 
 def with_client(registry: LocalRegistry, action: Callable[[RegistryClient], Awaitable[T]]) -> T:

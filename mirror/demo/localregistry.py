@@ -15,6 +15,8 @@ from urllib.parse import unquote
 import httpx
 import yaml
 
+from mirror.settings import MirrorSettings
+
 _ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) (?P<size>\d+)?')
 
 
@@ -141,3 +143,12 @@ def _wait_ready(registry: LocalRegistry, timeout: float = 15.0) -> None:
             time.sleep(0.05)
     registry.stop()
     raise RuntimeError(f"docker-registry on {registry.host} did not start within {timeout} s")
+
+
+def client_settings(*hosts: str) -> MirrorSettings:
+    """Just enough settings for a RegistryClient to talk plain HTTP to these local registries."""
+    return MirrorSettings(
+        targets=[{"name": "local", "registry": hosts[0], "namespace": "local"}],  # type: ignore[list-item]
+        images=[{"name": "unused", "source": "unused/unused"}],  # type: ignore[list-item]
+        registries={host: {"plain_http": True} for host in hosts},  # type: ignore[misc]
+    )
