@@ -34,3 +34,32 @@ def vpc_host_for(registry: str) -> str:
         if match:
             return vpc_form.format(**match.groupdict())
     return registry
+
+
+PERSONAL_CLASSIC = "personal"  # registry.<region>.aliyuncs.com, registry-intl.<region>.aliyuncs.com
+PERSONAL_NEW = "personal-crpi"  # crpi-<id>.<region>.personal.cr.aliyuncs.com: no anonymous pulls at all
+ENTERPRISE = "enterprise"  # <instance>-registry.<region>.cr.aliyuncs.com
+
+_EDITIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^crpi-[a-z0-9]+(-vpc)?\.[a-z0-9-]+\.personal\.cr\.aliyuncs\.com$"), PERSONAL_NEW),
+    (re.compile(r"^[a-z0-9-]+-registry(-vpc)?\.[a-z0-9-]+\.cr\.aliyuncs\.com$"), ENTERPRISE),
+    (re.compile(r"^registry(-intl)?(-vpc)?\.[a-z0-9-]+\.aliyuncs\.com$"), PERSONAL_CLASSIC),
+)
+
+
+def edition_of(registry: str) -> str | None:
+    """The ACR edition a host belongs to, or None for a registry that is not ACR."""
+    host = registry.lower()
+    for pattern, edition in _EDITIONS:
+        if pattern.match(host):
+            return edition
+    return None
+
+
+def is_personal(registry: str) -> bool:
+    return edition_of(registry) in (PERSONAL_CLASSIC, PERSONAL_NEW)
+
+
+def allows_anonymous_pull(registry: str) -> bool | None:
+    """False where the edition never allows anonymous pulls; None where only a probe can tell."""
+    return False if edition_of(registry) == PERSONAL_NEW else None

@@ -93,10 +93,19 @@ def print_summary(results: list[ReleaseResult]) -> None:
             for target in image.targets:
                 state = "verified" if target.verified else (target.plan if target.action == "planned" else "FAILED")
                 print(f"    -> {target.target}: {target.action}, {state}")
+                if target.rewrite:
+                    rewrite = target.rewrite
+                    print(f"       index rewritten: {rewrite['source_digest']} -> {rewrite['target_digest']}")
+                    for dropped in target.rewrite.get("dropped", []):
+                        print(f"       left out {dropped['digest']} ({dropped['platform']}): {dropped['reason']}")
         if release.source_rate_limit:
             print(f"  source pull budget: {release.source_rate_limit}")
         for values in release.values:
             print(f"  values for {values.target}: {values.path}")
+            if values.rbac_path:
+                print(f"    kubectl apply -f {values.rbac_path}")
+            if values.kubectl_command:
+                print(f"    anonymous pulls fail here: create the pull secret first: {values.kubectl_command}")
             print(f"    {values.helm_command}")
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirror.registry.ratelimit import RateLimit
+from mirror.settings import TargetSettings
 from mirror.values import ValuesFile
 
 
@@ -20,6 +21,8 @@ class TargetResult:
     bytes_uploaded: int = 0
     plan: str | None = None
     error: str | None = None
+    rewrite: dict[str, Any] | None = None  # source -> target digest and what was left out, when they differ
+    anonymous_pull: bool | None = None  # can a node without credentials pull the copy?
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -33,6 +36,10 @@ class TargetResult:
         }
         if self.plan is not None:
             data["plan"] = self.plan
+        if self.rewrite is not None:
+            data["rewrite"] = self.rewrite
+        if self.anonymous_pull is not None:
+            data["anonymous_pull"] = self.anonymous_pull
         if self.error is not None:
             data["error"] = self.error
         return data
@@ -77,6 +84,13 @@ class ReleaseResult:
             )
         ]
 
+    def pull_secret_for(self, target: TargetSettings) -> str | None:
+        """The declared pull secret, or the default one when a node could not pull some image anonymously."""
+        if target.pull_secret:
+            return target.pull_secret
+        results = [t for image in self.images for t in image.targets if t.target == target.name]
+        return target.pull_secret_name if any(t.anonymous_pull is False for t in results) else None
+
     def failures(self) -> list[str]:
         lines = []
         for image in self.images:
@@ -99,6 +113,16 @@ class ReleaseResult:
             "ok": self.ok,
             "dry_run": self.dry_run,
             "images": [i.to_json() for i in self.images],
-            "values": [{"target": v.target, "path": str(v.path), "helm": v.helm_command} for v in self.values],
+            "values": [
+                {
+                    "target": v.target,
+                    "path": str(v.path),
+                    "helm": v.helm_command,
+                    "rbac": str(v.rbac_path) if v.rbac_path else None,
+                    "pull_secret": v.pull_secret,
+                    "kubectl": v.kubectl_command,
+                }
+                for v in self.values
+            ],
             "source_rate_limit": self.source_rate_limit.to_json() if self.source_rate_limit else None,
         }

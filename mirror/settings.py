@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -19,12 +19,19 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from mirror import reference
+from mirror import acr, reference
 from mirror.release import normalise_version
 
 DEFAULT_CONFIG_PATH = Path("config/mirror.yaml")
 VERSION_PLACEHOLDER = "{version}"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+def _platform(value: str) -> str:
+    parts = value.split("/")
+    if not 2 <= len(parts) <= 3 or not all(p and p.replace("_", "").isalnum() for p in parts):
+        raise ValueError(f"{value!r} is not a platform like linux/amd64 or linux/arm64/v8")
+    return value
 
 
 class ConfigError(Exception):
@@ -66,13 +73,40 @@ class TargetSettings(_Model):
     registry: str
     namespace: str
     vpc_registry: str | None = None
+    # attestation and other non-image entries of an index: copy them (keep), leave them out (drop), or
+    # copy them and leave out only those the target refuses for their manifest class (auto)
+    attestations: Literal["keep", "drop", "auto"] = "auto"
+    platforms: list[str] | None = None  # e.g. [linux/amd64]: write a filtered index
+    pull_secret: str | None = None  # always put this global.imagePullSecrets entry in the values
+    pull_secret_name: str = "acr-pull"  # noqa: S105 - a Secret object name, used when anonymous pulls fail
 
-    @field_validator("name", "namespace")
+    @field_validator("name", "pull_secret", "pull_secret_name")
     @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
             raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
         return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not all(_NAME.match(part) for part in value.split("/")):
+            raise ValueError(f"{value!r} must be lower-case path components of letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("platforms")
+    @classmethod
+    def _platforms(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [_platform(p) for p in value]
+
+    @model_validator(mode="after")
+    def _edition_rules(self) -> TargetSettings:
+        if "/" in self.namespace and acr.is_personal(self.registry):
+            raise ValueError(
+                f"namespace {self.namespace!r}: ACR personal edition ({self.registry}) takes exactly "
+                "<namespace>/<repository>, no deeper paths"
+            )
+        return self
 
     @field_validator("registry", "vpc_registry")
     @classmethod
@@ -85,6 +119,12 @@ class ImageSettings(_Model):
     source: str
     tag: str = VERSION_PLACEHOLDER
     values_keys: list[str] = Field(default_factory=list)
+    platforms: list[str] | None = None  # overrides the target's platform filter for this image
+
+    @field_validator("platforms")
+    @classmethod
+    def _platforms(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [_platform(p) for p in value]
 
     @field_validator("name")
     @classmethod

@@ -12,8 +12,11 @@ from typing import Any
 import yaml
 
 from mirror.acr import vpc_host_for
-from mirror.release import chart_version
+from mirror.release import VersionError, chart_version, version_key
 from mirror.settings import ImageSettings, MirrorSettings, TargetSettings, ValuesSettings
+
+RBAC_FILE_NAME = "hami-scheduler-dra-rbac.yaml"
+NESTED_SCHEMA_SINCE = (2, 7, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,13 +24,32 @@ class ValuesFile:
     target: str
     path: Path
     helm_command: str
+    rbac_path: Path | None = None
+    pull_secret: str | None = None
+    kubectl_command: str | None = None  # how to create the pull secret, when the values need one
+
+
+def require_nested_schema(version: str) -> None:
+    """Charts before 2.7.0 use a flat values schema (`scheduler.extender.image: "projecthami/hami"`,
+    `devicePlugin.monitorimage`, a top-level `imagePullSecrets`), which this tool does not write."""
+    if version_key(version)[:3] < NESTED_SCHEMA_SINCE:
+        raise VersionError(
+            f"{version}: HAMi charts before 2.7.0 use the flat values schema; mirror writes values for "
+            "charts 2.7.0 and later (copy older images with a config whose images have no values_keys "
+            "is not supported either: upgrade the chart)"
+        )
 
 
 def pull_registry(target: TargetSettings) -> str:
     return target.vpc_registry or vpc_host_for(target.registry)
 
 
-def build_values(target: TargetSettings, images: Iterable[ImageSettings], settings: ValuesSettings) -> dict[str, Any]:
+def build_values(
+    target: TargetSettings,
+    images: Iterable[ImageSettings],
+    settings: ValuesSettings,
+    pull_secret: str | None = None,
+) -> dict[str, Any]:
     """Set `registry` and `repository` on each image's keys one by one. global.imageRegistry is not used:
     it would also move the kube-scheduler image, which already comes from an ACR mirror."""
     values: dict[str, Any] = {}
@@ -38,7 +60,57 @@ def build_values(target: TargetSettings, images: Iterable[ImageSettings], settin
             for part in key.split("."):
                 node = node.setdefault(part, {})
             node.update({"registry": registry, "repository": f"{target.namespace}/{image.name}"})
+    if pull_secret:  # global: per-image pullSecrets are not honoured for every image of the chart
+        values["global"] = {"imagePullSecrets": [{"name": pull_secret}]}
     return _deep_merge(values, settings.extra)
+
+
+def scheduler_service_account(release: str, chart_name: str = "hami") -> str:
+    """The chart's scheduler ServiceAccount: `<fullname>-scheduler`, where the fullname is the release name
+    when it contains the chart name, else `<release>-hami` (Helm's usual fullname rule)."""
+    fullname = release if chart_name in release else f"{release}-{chart_name}"
+    return f"{fullname}-scheduler"[:63].rstrip("-")
+
+
+def dra_rbac(settings: ValuesSettings) -> str:
+    """Lets the scheduler's kube-scheduler watch DRA resources, which ACK's system:kube-scheduler role
+    does not grant: without it the scheduler never takes the leader lease."""
+    documents = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "hami-scheduler-dra"},
+            "rules": [
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "resources": ["resourceclaims", "resourceslices", "deviceclasses"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "hami-scheduler-dra"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "hami-scheduler-dra"},
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": scheduler_service_account(settings.release),
+                    "namespace": settings.kube_namespace,
+                }
+            ],
+        },
+    ]
+    return "# kubectl apply -f this file before helm install\n" + yaml.safe_dump_all(documents, sort_keys=False)
+
+
+def kubectl_secret_command(target: TargetSettings, settings: ValuesSettings, name: str) -> str:
+    return (
+        f"kubectl create secret docker-registry {name} -n {settings.kube_namespace} "
+        f"--docker-server={pull_registry(target)} --docker-username=<your account name> "
+        "--docker-password=<your registry password>"
+    )
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -76,19 +148,32 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def write_values(settings: MirrorSettings, target: TargetSettings, version: str, latest: bool) -> ValuesFile:
-    """Write `<output_dir>/<target>/<version>/<file>`, and `<output_dir>/<target>/<file>` for the newest
-    release of the run."""
-    values = build_values(target, settings.images, settings.values)
+def write_values(
+    settings: MirrorSettings, target: TargetSettings, version: str, latest: bool, pull_secret: str | None = None
+) -> ValuesFile:
+    """Write the values and the DRA RBAC file to `<output_dir>/<target>/<version>/`, and to
+    `<output_dir>/<target>/` for the newest release of the run."""
+    require_nested_schema(version)
+    values = build_values(target, settings.images, settings.values, pull_secret)
     header = (
         f"HAMi {version} images mirrored to {target.registry}/{target.namespace} (target {target.name}),\n"
         f"pulled from {pull_registry(target)}. Written by mirror after verifying every image."
     )
     text = render_values(values, header)
-    versioned = settings.output_dir / target.name / version / settings.values.file_name
-    write_atomically(versioned, text)
-    path = versioned
+    rbac = dra_rbac(settings.values)
+    directories = [settings.output_dir / target.name / version]
     if latest:
-        path = settings.output_dir / target.name / settings.values.file_name
-        write_atomically(path, text)
-    return ValuesFile(target.name, path, helm_command(settings.values, version, path))
+        directories.append(settings.output_dir / target.name)
+    for directory in directories:
+        write_atomically(directory / RBAC_FILE_NAME, rbac)
+        write_atomically(directory / settings.values.file_name, text)
+    path = directories[-1] / settings.values.file_name
+    kubectl = kubectl_secret_command(target, settings.values, pull_secret) if pull_secret else None
+    return ValuesFile(
+        target.name,
+        path,
+        helm_command(settings.values, version, path),
+        directories[-1] / RBAC_FILE_NAME,
+        pull_secret,
+        kubectl,
+    )

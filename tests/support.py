@@ -72,11 +72,15 @@ def write_config(
     source: HasHost,
     targets: Sequence[HasHost],
     images: list[dict[str, Any]] | None = None,
+    target_options: dict[str, Any] | None = None,
     **extra: Any,
 ) -> Path:
     config: dict[str, Any] = {
         "source": {"registry": source.host},
-        "targets": [{"name": f"t{i}", "registry": t.host, "namespace": "mirrored"} for i, t in enumerate(targets)],
+        "targets": [
+            {"name": f"t{i}", "registry": t.host, "namespace": "mirrored", **(target_options or {})}
+            for i, t in enumerate(targets)
+        ],
         "images": images
         or [
             {

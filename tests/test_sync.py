@@ -76,8 +76,12 @@ def test_copies_index_with_attestations_and_manifest_list_byte_for_byte(
             "path": str(tmp_path / "out" / "t0" / "hami-ack-values.yaml"),
             "helm": f"helm install hami hami-charts/hami -n kube-system --version 2.10.0 -f "
             f"{tmp_path / 'out' / 't0' / 'hami-ack-values.yaml'}",
+            "rbac": str(tmp_path / "out" / "t0" / "hami-scheduler-dra-rbac.yaml"),
+            "pull_secret": None,  # the test registry lets anyone pull
+            "kubectl": None,
         }
     ]
+    assert all(t["anonymous_pull"] is True for i in report["images"] for t in i["targets"])
     values = yaml.safe_load((tmp_path / "out" / "t0" / "hami-ack-values.yaml").read_text())
     assert values["scheduler"]["extender"]["image"] == {"registry": target.host, "repository": "mirrored/hami"}
     assert (tmp_path / "out" / "t0" / VERSION / "hami-ack-values.yaml").is_file()
@@ -187,12 +191,13 @@ def test_refused_push_fails_with_one_line_and_no_tag(
     tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seed_release(source)
-    config = write_config(tmp_path / "mirror.yaml", source, [acr_like])
+    config = write_config(tmp_path / "mirror.yaml", source, [acr_like], target_options={"attestations": "keep"})
 
     assert main(["sync", VERSION, "--config", str(config)]) == 1
 
     failures = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mirror: ")]
     assert len(failures) == 1 and "unknown manifest class" in failures[0] and "hami -> t0" in failures[0]
+    assert "use auto or drop for this target" in failures[0]
     assert manifest_digest(acr_like, "mirrored/hami", VERSION) is None
     assert manifest_digest(acr_like, "mirrored/kube-webhook-certgen", "v1.1.1") is not None  # a manifest list
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.yaml"))
@@ -202,7 +207,7 @@ def test_values_only_for_targets_where_everything_verified(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, acr_like: LocalRegistry
 ) -> None:
     seed_release(source)
-    config = write_config(tmp_path / "mirror.yaml", source, [target, acr_like])
+    config = write_config(tmp_path / "mirror.yaml", source, [target, acr_like], target_options={"attestations": "keep"})
     assert main(["sync", VERSION, "--config", str(config)]) == 1
     assert (tmp_path / "out" / "t0" / "hami-ack-values.yaml").is_file()
     assert not (tmp_path / "out" / "t1").exists()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from mirror.reference import Repository, api_host
 from mirror.release import normalise_version
 from mirror.settings import ImageSettings, MirrorSettings, TargetSettings
+from mirror.values import require_nested_schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ def build_release_jobs(
 ) -> list[ReleaseJob]:
     """Validate versions and target names and expand the config into jobs, before any network traffic."""
     normalised = list(dict.fromkeys(normalise_version(v) for v in versions))
+    for version in normalised:
+        require_nested_schema(version)
     targets = tuple(settings.target(n) for n in target_names) if target_names else tuple(settings.targets)
     jobs = []
     for version in normalised:

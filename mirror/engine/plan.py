@@ -4,51 +4,71 @@ dry run prints it, the copy executes it and the report is built from it."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mirror.engine.blobs import TargetBlobs
-from mirror.engine.jobs import ImageJob, TargetRef
+from mirror.engine.jobs import TargetRef
+from mirror.engine.policy import IMAGE_CONFIG_TYPES, Dropped, rewrite_index, select
 from mirror.engine.tree import ManifestTree
-from mirror.oci import Descriptor, Manifest
+from mirror.oci import Descriptor, Manifest, ManifestError
 from mirror.registry import RegistryClient
 
 
 @dataclass(frozen=True, slots=True)
 class TargetPlan:
     target: TargetRef
-    up_to_date: bool  # the target tag already points at the source digest: verify only
-    manifests: tuple[Manifest, ...] = ()  # to push by digest, children first (the root is always last)
+    manifests: tuple[Manifest, ...]  # to push by digest, children first, the root (to be tagged) last
     present_manifests: int = 0
     missing_blobs: tuple[Descriptor, ...] = ()
     present_blobs: tuple[Descriptor, ...] = ()
+    source_root: Manifest | None = None  # set when the root is a rewrite of this source index
+    dropped: tuple[Dropped, ...] = ()
+
+    @property
+    def root(self) -> Manifest:
+        return self.manifests[-1]
 
     @property
     def bytes_to_copy(self) -> int:
         return sum(b.size for b in self.missing_blobs)
 
     def describe(self) -> str:
-        if self.up_to_date:
-            return "up to date (tag already at the source digest): verify only"
-        return (
+        text = (
             f"push {len(self.manifests)} manifest(s) ({self.present_manifests} present), "
             f"copy or mount {len(self.missing_blobs)} blob(s) ({_mb(self.bytes_to_copy)}), "
             f"skip {len(self.present_blobs)} present blob(s)"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ImagePlan:
-    job: ImageJob
-    source: Descriptor  # the source tag's descriptor
-    tree: ManifestTree | None  # fetched only when some target needs a copy
-    targets: tuple[TargetPlan, ...] = field(default=())
+        if self.dropped:
+            text += f", leave out {len(self.dropped)} index entr{'y' if len(self.dropped) == 1 else 'ies'}"
+        return text
 
 
 def _mb(size: int) -> str:
     return f"{size / 1_000_000:.1f} MB"
 
 
-async def plan_target(ref: TargetRef, tree: ManifestTree, blobs: TargetBlobs, client: RegistryClient) -> TargetPlan:
+def apply_policy(
+    tree: ManifestTree, attestations: str, platforms: list[str] | None
+) -> tuple[ManifestTree, tuple[Dropped, ...]]:
+    """The tree this target gets: the source's, or a rewritten index without the entries left out."""
+    if not tree.root.is_index:
+        return tree, ()
+    kept, dropped = select(tree, attestations, platforms)
+    if not dropped:
+        return tree, ()
+    if not any(m.config is not None and m.config.media_type in IMAGE_CONFIG_TYPES for m in kept):
+        raise ManifestError(f"index {tree.digest}: no image is left after the platform filter {platforms}")
+    return ManifestTree(rewrite_index(tree.root, {m.digest for m in kept}), tuple(kept)), tuple(dropped)
+
+
+async def plan_target(
+    ref: TargetRef,
+    tree: ManifestTree,
+    blobs: TargetBlobs,
+    client: RegistryClient,
+    source_root: Manifest | None = None,
+    dropped: tuple[Dropped, ...] = (),
+) -> TargetPlan:
     """HEAD each child manifest and each blob the missing children need."""
     repository = ref.repository.name
     missing_children: list[Manifest] = []
@@ -66,7 +86,8 @@ async def plan_target(ref: TargetRef, tree: ManifestTree, blobs: TargetBlobs, cl
     exists = await asyncio.gather(*(blobs.exists(repository, b) for b in needed.values()))
     return TargetPlan(
         target=ref,
-        up_to_date=False,
+        source_root=source_root,
+        dropped=dropped,
         manifests=(*missing_children, tree.root) if tree.root.is_index else (tree.root,),
         present_manifests=present,
         missing_blobs=tuple(b for b, ok in zip(needed.values(), exists, strict=True) if not ok),

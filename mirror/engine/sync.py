@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from mirror import acr
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.copy import copy_to_target
 from mirror.engine.fanout import Spool
 from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
 from mirror.engine.lock import target_locks
-from mirror.engine.plan import plan_target
+from mirror.engine.plan import apply_policy, plan_target
+from mirror.engine.policy import source_digest_of
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
@@ -73,6 +75,7 @@ class Syncer:
         self.spool = Spool(settings.spool.max_bytes, settings.transfer.chunk_size, settings.spool.dir)
         self._blobs: dict[str, TargetBlobs] = {}
         self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
+        self._anonymous: dict[str, RegistryClient] = {}
 
     def blobs_at(self, host: str, repositories: frozenset[str]) -> TargetBlobs:
         state = self._blobs.get(host)
@@ -96,6 +99,7 @@ class Syncer:
         finally:
             self.cancel_pending()
             await self.spool.aclose()
+            await asyncio.gather(*(c.aclose() for c in self._anonymous.values()))
 
     def origin_for(self, job: ImageJob) -> BlobOrigin:
         """The source repository; through the spool when several targets want the same blobs."""
@@ -120,7 +124,7 @@ class Syncer:
         if not self.options.dry_run:
             for name in result.verified_targets([t.name for t in job.targets]):
                 target = self.settings.target(name)
-                values = write_values(self.settings, target, job.version, latest)
+                values = write_values(self.settings, target, job.version, latest, result.pull_secret_for(target))
                 result.values.append(values)
                 self.progress.event(f"{job.version} -> {name}: wrote {values.path}")
         return result
@@ -163,22 +167,29 @@ class Syncer:
         repository = ref.repository.name
         label = f"{job.image.name}:{job.tag} -> {ref.name}"
         current = await client.head_manifest(repository, job.tag)
-        if current is not None and current.digest == resolved.digest:
-            check = await self._verify(client, repository, job.tag, resolved.digest)
-            if check.ok:
-                result.action, result.digest, result.verified = "up-to-date", resolved.digest, True
-                self.progress.event(f"{label}: up to date, verified ({resolved.digest[:19]})")
+        if current is not None:
+            expected = await self._expected_digest(client, repository, current.digest, resolved.digest)
+            if current.digest == expected:
+                check = await self._verify(client, repository, job.tag, expected)
+                if check.ok:
+                    result.action, result.digest, result.verified = "up-to-date", expected, True
+                    if expected != resolved.digest:
+                        result.rewrite = {"source_digest": resolved.digest, "target_digest": expected}
+                    self.progress.event(f"{label}: up to date, verified ({expected[:19]})")
+                    await self._check_pullable(ref, job.tag, result)
+                    return
+                self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
+            elif not self.options.force:
+                result.error = (
+                    f"drift: {ref.repository}:{job.tag} points at {current.digest}, the source at "
+                    f"{resolved.digest}; left alone (release tags should not move; --force overwrites)"
+                )
                 return
-            self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
-        elif current is not None and not self.options.force:
-            result.error = (
-                f"drift: {ref.repository}:{job.tag} points at {current.digest}, the source at {resolved.digest}; "
-                "left alone (release tags should not move; --force overwrites)"
-            )
-            return
-        tree = await asyncio.shield(self.source_tree(job, resolved.digest))
+        source_tree = await asyncio.shield(self.source_tree(job, resolved.digest))
+        platforms = job.image.platforms or ref.target.platforms
+        tree, dropped = apply_policy(source_tree, ref.target.attestations, platforms)
         blobs = self._blobs[ref.repository.registry]
-        plan = await plan_target(ref, tree, blobs, client)
+        plan = await plan_target(ref, tree, blobs, client, source_tree.root if dropped else None, dropped)
         result.plan = plan.describe()
         if self.options.dry_run:
             result.action = "planned"
@@ -193,22 +204,62 @@ class Syncer:
             client,
             blobs,
             self.settings.transfer.manifest_concurrency,
+            ref.target.attestations,
             self.progress.advance,
         )
         result.action = "copied"
         result.blobs = {outcome.value: stats.counts[outcome] for outcome in BlobOutcome}
         result.bytes_uploaded = stats.bytes_uploaded
-        check = await self._verify(client, repository, job.tag, resolved.digest)
-        result.digest = resolved.digest
+        result.digest = stats.root.digest
+        if stats.root.digest != resolved.digest:
+            result.rewrite = {
+                "source_digest": resolved.digest,
+                "target_digest": stats.root.digest,
+                "dropped": [d.to_json() for d in stats.dropped],
+            }
+            self.progress.event(
+                f"{label}: index rewritten {resolved.digest[:19]} -> {stats.root.digest[:19]}, left out "
+                + "; ".join(f"{d.digest[:19]} ({d.platform}: {d.reason})" for d in stats.dropped)
+            )
+        expected_children = [d.digest for d in stats.root.manifests] if stats.root.is_index else None
+        check = await self._verify(client, repository, job.tag, stats.root.digest, expected_children)
         if not check.ok:
             result.error = "verification failed: " + "; ".join(check.problems[:3])
             return
         result.verified = True
-        self.progress.event(f"{label}: copied and verified ({resolved.digest[:19]})")
+        self.progress.event(f"{label}: copied and verified ({stats.root.digest[:19]})")
+        await self._check_pullable(ref, job.tag, result)
 
-    async def _verify(self, client: RegistryClient, repository: str, tag: str, digest: str) -> Verification:
+    async def _expected_digest(self, client: RegistryClient, repository: str, current: str, source: str) -> str:
+        """What the target tag should point at: the source digest, or a rewrite of it made by this tool
+        (recorded in the rewritten index's annotations, read from the target: no source pull)."""
+        if current == source:
+            return source
+        manifest = await client.get_manifest(repository, current)
+        return current if source_digest_of(manifest) == source else source
+
+    async def _check_pullable(self, ref: TargetRef, tag: str, result: TargetResult) -> None:
+        """Can a node without credentials pull the copy? Decides whether the values need a pull secret."""
+        if acr.allows_anonymous_pull(ref.repository.registry) is False:
+            result.anonymous_pull = False
+            return
+        client = self._anonymous_client(ref.repository.registry)
+        try:
+            result.anonymous_pull = await client.head_manifest(ref.repository.name, tag) is not None
+        except EXPECTED_FAILURES:
+            result.anonymous_pull = False
+
+    def _anonymous_client(self, host: str) -> RegistryClient:
+        client = self._anonymous.get(host)
+        if client is None:
+            client = self._anonymous[host] = RegistryClient.open(host, self.settings, anonymous=True)
+        return client
+
+    async def _verify(
+        self, client: RegistryClient, repository: str, tag: str, digest: str, children: list[str] | None = None
+    ) -> Verification:
         return await verify_copy(
-            client, repository, tag, digest, self.options.deep, self.settings.transfer.manifest_concurrency
+            client, repository, tag, digest, self.options.deep, self.settings.transfer.manifest_concurrency, children
         )
 
 

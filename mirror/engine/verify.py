@@ -22,8 +22,15 @@ class Verification:
 
 
 async def verify_copy(
-    client: RegistryClient, repository: str, tag: str, digest: str, deep: bool = False, concurrency: int = 8
+    client: RegistryClient,
+    repository: str,
+    tag: str,
+    digest: str,
+    deep: bool = False,
+    concurrency: int = 8,
+    children: list[str] | None = None,
 ) -> Verification:
+    """`children`, when given, is exactly the list of child digests the index must hold."""
     where = client.where(repository, tag)
     resolved = await client.head_manifest(repository, tag)
     if resolved is None:
@@ -34,6 +41,8 @@ async def verify_copy(
         tree = await load_tree(client, repository, digest, concurrency)
     except RegistryError as exc:
         return Verification((str(exc),))
+    if children is not None and [m.digest for m in tree.children] != children:
+        return Verification((f"{where}: the index holds other children than expected",))
     limit = asyncio.Semaphore(concurrency)
 
     async def check(blob: Descriptor) -> str | None:

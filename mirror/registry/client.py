@@ -74,9 +74,10 @@ class RegistryClient:
             self.budget.note(budget)
 
     @classmethod
-    def open(cls, host: str, settings: MirrorSettings) -> RegistryClient:
+    def open(cls, host: str, settings: MirrorSettings, anonymous: bool = False) -> RegistryClient:
+        """A client for `host`; `anonymous` ignores every credential source (to see what a node sees)."""
         http = open_http_client(
-            host, settings.registry(host), settings.transfer, settings.retry, settings.docker_config
+            host, settings.registry(host), settings.transfer, settings.retry, settings.docker_config, anonymous
         )
         pull = settings.pull_budget
         return cls(host, http, settings.transfer.chunk_size, PullBudget(pull.floor, pull.max_wait, pull.poll_interval))

@@ -25,9 +25,10 @@ def open_http_client(
     transfer: TransferSettings,
     retry: RetrySettings,
     docker_config: Path | None = None,
+    anonymous: bool = False,
 ) -> httpx.AsyncClient:
     async def credentials() -> Credentials | None:
-        return await resolve_credentials(host, settings, docker_config)
+        return None if anonymous else await resolve_credentials(host, settings, docker_config)
 
     limits = httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections)
     # A plain-HTTP registry never uses TLS: skip loading the CA bundle (tens of milliseconds at start-up).

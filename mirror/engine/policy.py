@@ -1,0 +1,92 @@
+"""Which entries of an index a target gets: every one (a byte-exact copy), or a rewritten index without
+attestations and other non-image entries, or only some platforms. A rewritten index keeps its media type,
+its annotations and every kept child byte for byte, and records the source digest it came from."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from mirror.engine.tree import ManifestTree
+from mirror.oci import DOCKER_CONFIG, OCI_CONFIG, Descriptor, Manifest
+from mirror.registry import RegistryError
+
+SOURCE_DIGEST_ANNOTATION = "mirror.source.digest"
+IMAGE_CONFIG_TYPES = frozenset({DOCKER_CONFIG, OCI_CONFIG})
+ATTESTATION = "attestation-manifest"
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    digest: str
+    platform: str | None
+    reason: str
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"digest": self.digest, "platform": self.platform, "reason": self.reason}
+
+
+def is_runnable(entry: Descriptor, child: Manifest) -> bool:
+    """An image a node can run: not a BuildKit attestation (platform unknown/unknown, reference type
+    attestation-manifest) and with an image config."""
+    if entry.annotations.get("vnd.docker.reference.type") == ATTESTATION or entry.platform == "unknown/unknown":
+        return False
+    return child.config is not None and child.config.media_type in IMAGE_CONFIG_TYPES
+
+
+def refused_for_class(exc: RegistryError) -> bool:
+    """ACR personal edition's answer to a manifest whose config is not an image config."""
+    return (exc.status == 403 and "unknown manifest class" in exc.message) or exc.code in {
+        "MANIFEST_INVALID",
+        "UNSUPPORTED",
+    }
+
+
+def select(tree: ManifestTree, attestations: str, platforms: list[str] | None) -> tuple[list[Manifest], list[Dropped]]:
+    """The children to copy, and those left out with the reason, by the policy known before any push:
+    `drop` leaves out non-image entries, a platform list leaves out other platforms (attestations of a kept
+    platform's image stay unless dropped)."""
+    kept, dropped = [], []
+    entries = {d.digest: d for d in tree.root.manifests}
+    kept_images: set[str] = set()
+    for child in tree.children:
+        entry = entries[child.digest]
+        runnable = is_runnable(entry, child)
+        if runnable and platforms is not None and entry.platform not in platforms:
+            dropped.append(Dropped(child.digest, entry.platform, "platform filter"))
+        elif not runnable and attestations == "drop":
+            dropped.append(Dropped(child.digest, entry.platform, "not an image (attestations: drop)"))
+        else:
+            kept.append(child)
+            if runnable:
+                kept_images.add(child.digest)
+    if platforms is not None:  # an attestation describing a filtered-out image goes with it
+        for child in list(kept):
+            subject = entries[child.digest].annotations.get("vnd.docker.reference.digest")
+            if subject is not None and subject not in kept_images:
+                kept.remove(child)
+                dropped.append(Dropped(child.digest, entries[child.digest].platform, "describes a filtered platform"))
+    return kept, dropped
+
+
+def rewrite_index(root: Manifest, keep: set[str]) -> Manifest:
+    """The source index with only the `keep` children, everything else as it was, plus the source digest."""
+    doc = json.loads(root.raw)
+    doc["manifests"] = [entry for entry in doc.get("manifests", []) if entry.get("digest") in keep]
+    annotations = dict(doc.get("annotations") or {})
+    annotations[SOURCE_DIGEST_ANNOTATION] = root.digest
+    doc["annotations"] = annotations
+    raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    return Manifest.parse(raw, root.media_type)
+
+
+def source_digest_of(manifest: Manifest) -> str | None:
+    """For an index this project rewrote, the source digest it records."""
+    if not manifest.is_index:
+        return None
+    try:
+        annotations = json.loads(manifest.raw).get("annotations") or {}
+    except ValueError:
+        return None
+    value = annotations.get(SOURCE_DIGEST_ANNOTATION)
+    return value if isinstance(value, str) else None
