@@ -13,7 +13,7 @@ from pathlib import Path
 from mirror import __version__
 from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
-from mirror.engine.sync import SyncOptions, sync
+from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.progress import progress_for
 from mirror.reference import ReferenceError
 from mirror.release import VersionError
@@ -28,7 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mirror {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     sync_cmd = commands.add_parser("sync", help="copy the images of one or more releases to every target")
-    sync_cmd.add_argument("versions", nargs="+", metavar="VERSION", help="release version, e.g. v2.10.0")
+    sync_cmd.add_argument("versions", nargs="*", metavar="VERSION", help="release version, e.g. v2.10.0")
+    sync_cmd.add_argument(
+        "--discover", action="store_true", help="mirror the source releases that the discovery filter selects"
+    )
     sync_cmd.add_argument("--config", type=Path, help="config file (default: $MIRROR_CONFIG or config/mirror.yaml)")
     sync_cmd.add_argument("--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)")
     sync_cmd.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
@@ -36,17 +39,28 @@ def build_parser() -> argparse.ArgumentParser:
     sync_cmd.add_argument("--force", action="store_true", help="overwrite a target tag that points elsewhere")
     sync_cmd.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     sync_cmd.add_argument("-v", "--verbose", action="store_true", help="log HTTP requests too")
+    serve_cmd = commands.add_parser("serve", help="run the service: scheduled discovery, webhooks, job records")
+    serve_cmd.add_argument("--config", type=Path, help="config file (default: $MIRROR_CONFIG or config/mirror.yaml)")
+    serve_cmd.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")  # noqa: S104
+    serve_cmd.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        from mirror.service.app import serve  # the service's imports stay off the CLI's start-up
+
+        return serve(args.config, args.host, args.port)
+    if bool(args.versions) == args.discover:
+        parser.error("give release versions or --discover, not both")
     _configure_logging(args.verbose)
     shutdown = Shutdown()
     try:
         settings = load_settings(args.config)
         options = SyncOptions(tuple(args.target), args.dry_run, args.deep, args.force)
-        results = asyncio.run(_sync(settings, args.versions, options, shutdown))
+        results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
     except (ConfigError, VersionError, ReferenceError) as exc:
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -57,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
         return 130
     if args.json:
-        payload = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
+        payload = results[0].to_json() if len(results) == 1 and not args.discover else [r.to_json() for r in results]
         print(json.dumps(payload, indent=2))
     else:
         print_summary(results)
@@ -74,12 +88,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _sync(
-    settings: MirrorSettings, versions: list[str], options: SyncOptions, shutdown: Shutdown
+    settings: MirrorSettings, versions: list[str], options: SyncOptions, shutdown: Shutdown, discover: bool = False
 ) -> list[ReleaseResult]:
     """Run the sync with SIGTERM meaning: start nothing new, give in-flight uploads a grace period."""
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, shutdown.request, settings.shutdown_grace)
     try:
+        if discover:
+            return await discover_and_sync(settings, options, progress_for(sys.stderr), shutdown)
         return await sync(settings, versions, options, progress_for(sys.stderr), shutdown)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)

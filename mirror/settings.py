@@ -188,6 +188,28 @@ class TransferSettings(_Model):
     read_timeout: float = Field(default=120.0, gt=0)
 
 
+class DiscoverySettings(_Model):
+    """Which source releases `mirror sync --discover` and `mirror serve` mirror."""
+
+    versions: str = ">=2.7.0"  # comma-separated clauses: >=, <=, >, <, ==, !=
+    newest: int = Field(default=3, ge=0)  # keep the newest N of those (0: all)
+    prereleases: bool = False
+
+
+class WebhookSettings(_Model):
+    secret: SecretStr | None = None  # HMAC-SHA256 key for X-Hub-Signature-256
+    secret_file: Path | None = None
+    dockerhub_token: SecretStr | None = None  # the <token> in POST /hooks/dockerhub/<token>
+    max_body: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+
+    def secret_value(self) -> bytes | None:
+        if self.secret is not None:
+            return self.secret.get_secret_value().encode()
+        if self.secret_file is not None:
+            return self.secret_file.read_bytes().strip()
+        return None
+
+
 class SpoolSettings(_Model):
     """Where blobs going to several targets are spooled, so the source is read once."""
 
@@ -225,6 +247,11 @@ class MirrorSettings(BaseSettings):
     retry: RetrySettings = RetrySettings()
     spool: SpoolSettings = SpoolSettings()
     pull_budget: BudgetSettings = BudgetSettings()
+    discovery: DiscoverySettings = DiscoverySettings()
+    schedule: str | None = None  # cron for `mirror serve`: 5 fields, or 6 with seconds first
+    state_dir: Path = Path("state")
+    database_url: str | None = None  # default: sqlite:///<state_dir>/mirror.db
+    webhook: WebhookSettings = WebhookSettings()
     shutdown_grace: float = Field(default=20.0, ge=0)  # seconds in-flight uploads get after SIGTERM
     lock_timeout: float = Field(default=600.0, ge=0)  # how long to wait for another sync of a target
     lock_dir: Path | None = None  # default: <temp dir>/mirror-locks, shared by every config on the machine
@@ -241,6 +268,13 @@ class MirrorSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The YAML file arrives as init kwargs; the environment overrides it.
         return env_settings, init_settings
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is not None and len(value.split()) not in (5, 6):
+            raise ValueError("a cron expression has 5 fields (or 6, with seconds first)")
+        return value
 
     @field_validator("registries")
     @classmethod

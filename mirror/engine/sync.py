@@ -7,11 +7,12 @@ finally write the values file for each target where every image verified.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mirror import acr
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.copy import copy_to_target
+from mirror.engine.discover import discover
 from mirror.engine.fanout import Spool
 from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
 from mirror.engine.lock import target_locks
@@ -51,6 +52,9 @@ class SyncOptions:
     dry_run: bool = False
     deep: bool = False
     force: bool = False
+    # discovery: a tag already at the source digest counts as mirrored without re-reading its tree, so a
+    # release mirrored earlier costs one HEAD per image at the source and per image and target
+    trust_matching_tags: bool = False
 
 
 class Syncer:
@@ -169,6 +173,9 @@ class Syncer:
         current = await client.head_manifest(repository, job.tag)
         if current is not None:
             expected = await self._expected_digest(client, repository, current.digest, resolved.digest)
+            if current.digest == expected and self.options.trust_matching_tags:
+                result.action, result.digest, result.verified = "up-to-date", expected, True
+                return
             if current.digest == expected:
                 check = await self._verify(client, repository, job.tag, expected)
                 if check.ok:
@@ -279,3 +286,18 @@ async def sync(
     finally:
         await asyncio.gather(*(c.aclose() for c in clients.values()))
         progress.close()
+
+
+async def discover_and_sync(
+    settings: MirrorSettings, options: SyncOptions, progress: Progress, shutdown: Shutdown | None = None
+) -> list[ReleaseResult]:
+    """Find the releases the discovery filter selects at the source, then sync each of them."""
+    source = RegistryClient.open(settings.source.registry, settings)
+    try:
+        versions = await discover(settings, source)
+    finally:
+        await source.aclose()
+    progress.event(f"discovered {len(versions)} release(s): {', '.join(versions) or 'none'}")
+    if not versions:
+        return []
+    return await sync(settings, versions, replace(options, trust_matching_tags=True), progress, shutdown)

@@ -9,6 +9,7 @@ import email.utils
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -20,6 +21,7 @@ from mirror.settings import RetrySettings
 log = logging.getLogger("mirror")
 T = TypeVar("T")
 
+STATUSES_SEEN: Counter[int] = Counter()  # retryable answers seen in this process, for the service's metrics
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 RETRY_EXCEPTIONS: tuple[type[Exception], ...] = (
@@ -117,6 +119,7 @@ class RetryTransport(httpx.AsyncBaseTransport):
             else:
                 if response.status_code not in RETRY_STATUSES:
                     return response
+                STATUSES_SEEN[response.status_code] += 1
                 delay = self.policy.backoff(attempt, retry_after_seconds(response))
                 if not self.policy.allows(attempt, started, delay):
                     return response

@@ -1,0 +1,189 @@
+"""The ASGI app: routes as plain functions, a lifespan that owns the job store, the runner and the
+scheduler. Served by uvicorn (`mirror serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from mirror.service import logs
+from mirror.service.hooks import HookError, check_signature, check_token, ci_version, dockerhub_version
+from mirror.service.metrics import Metrics
+from mirror.service.runner import JobRunner
+from mirror.service.scheduler import start_scheduler
+from mirror.service.store import JobStore
+from mirror.settings import ConfigError, MirrorSettings, load_settings
+
+log = logging.getLogger("mirror.service")
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def job_view(job: dict[str, Any]) -> dict[str, Any]:
+    releases = job["result"] or []
+    values = [v for release in releases for v in release.get("values", [])]
+    return {
+        "id": job["id"],
+        "kind": job["kind"],
+        "state": job["state"],
+        "versions": job["versions"],
+        "created_at": job["created_at"],
+        "started_at": job["started_at"],
+        "finished_at": job["finished_at"],
+        "releases": releases,
+        "values": [
+            {"target": v["target"], "path": v["path"], "url": f"/jobs/{job['id']}/values/{v['target']}"} for v in values
+        ],
+        "error": job["error"],
+    }
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise HookError(413, f"body over {limit} bytes")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HookError(413, f"body over {limit} bytes")
+    return body
+
+
+async def accept(request: Request, kind: str, version: str, delivery: str | None) -> JSONResponse:
+    state = request.app.state
+    job, created = await state.store.enqueue(kind, [version], delivery)
+    if created:
+        state.runner.wake.set()
+        log.info("queued job %s for %s (%s)", job["id"], version, kind)
+    return JSONResponse({**job_view(job), "duplicate": not created}, status_code=202)
+
+
+async def ci_hook(request: Request) -> Response:
+    settings: MirrorSettings = request.app.state.settings
+    try:
+        body = await read_body(request, settings.webhook.max_body)
+        check_signature(settings.webhook.secret_value(), body, request.headers.get("x-hub-signature-256"))
+        version = ci_version(settings, body, request.headers.get("x-github-event"))
+    except HookError as exc:
+        return error(exc.status, str(exc))
+    return await accept(request, "ci", version, request.headers.get("x-github-delivery"))
+
+
+async def dockerhub_hook(request: Request) -> Response:
+    settings: MirrorSettings = request.app.state.settings
+    token = settings.webhook.dockerhub_token
+    try:
+        check_token(token.get_secret_value() if token else None, request.path_params["token"])
+        version = dockerhub_version(settings, await read_body(request, settings.webhook.max_body))
+    except HookError as exc:
+        return error(exc.status, str(exc))
+    return await accept(request, "dockerhub", version, None)
+
+
+async def get_job(request: Request) -> Response:
+    job = await request.app.state.store.get(request.path_params["job_id"])
+    return JSONResponse(job_view(job)) if job else error(404, "no such job")
+
+
+async def list_jobs(request: Request) -> Response:
+    return JSONResponse({"jobs": [job_view(j) for j in await request.app.state.store.recent()]})
+
+
+async def job_values(request: Request) -> Response:
+    job = await request.app.state.store.get(request.path_params["job_id"])
+    if job is None:
+        return error(404, "no such job")
+    for value in job_view(job)["values"]:
+        if value["target"] == request.path_params["target"]:
+            text = await asyncio.to_thread(_read_text, Path(value["path"]))
+            if text is not None:
+                return PlainTextResponse(text, media_type="application/yaml")
+    return error(404, "no values file for that target in this job")
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    state = request.app.state
+    checks = {
+        "config": True,
+        "store": await state.store.writable(),
+        "runner": state.runner.running,
+        "scheduler": state.scheduler is None or state.scheduler.running,
+    }
+    return JSONResponse(checks, status_code=200 if all(checks.values()) else 503)
+
+
+async def metrics(request: Request) -> Response:
+    return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def create_app(settings: MirrorSettings) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        app.state.settings = settings
+        app.state.store = JobStore(settings.database_url or f"sqlite:///{settings.state_dir / 'mirror.db'}")
+        app.state.metrics = Metrics()
+        app.state.runner = JobRunner(settings, app.state.store, app.state.metrics)
+        app.state.runner.start()
+
+        async def scheduled() -> None:
+            job, created = await app.state.store.enqueue("schedule", None, None)
+            if created:
+                app.state.runner.wake.set()
+                log.info("scheduled discovery queued as job %s", job["id"])
+
+        app.state.scheduler = start_scheduler(settings.schedule, scheduled) if settings.schedule else None
+        try:
+            yield
+        finally:
+            if app.state.scheduler is not None:
+                app.state.scheduler.shutdown(wait=False)
+            await app.state.runner.stop(settings.shutdown_grace)
+            app.state.store.engine.dispose()
+
+    routes = [
+        Route("/hooks/ci", ci_hook, methods=["POST"]),
+        Route("/hooks/dockerhub/{token}", dockerhub_hook, methods=["POST"]),
+        Route("/jobs", list_jobs),
+        Route("/jobs/{job_id}", get_job),
+        Route("/jobs/{job_id}/values/{target}", job_values),
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def serve(config: Path | None, host: str, port: int) -> int:
+    logs.configure()
+    try:
+        settings = load_settings(config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+    return 0
