@@ -164,6 +164,7 @@ def create_app(settings: MirrorSettings) -> Starlette:
                 app.state.scheduler.shutdown(wait=False)
             await app.state.runner.stop(settings.shutdown_grace)
             app.state.store.engine.dispose()
+            log.info("service stopped cleanly")
 
     routes = [
         Route("/hooks/ci", ci_hook, methods=["POST"]),

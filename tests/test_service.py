@@ -1,0 +1,320 @@
+"""`mirror serve` as a real process on a loopback port, driven by a real HTTP client."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from mirror.demo.localregistry import LocalRegistry, free_port
+from mirror.engine.discover import select_versions
+from mirror.settings import DiscoverySettings
+from tests.support import cdn_server, manifest_digest, write_config
+from tests.test_sync import VERSION, seed_release
+
+SECRET = "webhook-shared-secret-0123"
+DOCKERHUB_TOKEN = "dh-token-4567"
+
+
+class Service:
+    def __init__(self, config: Path, port: int) -> None:
+        self.config, self.port = config, port
+        self.process: subprocess.Popen[str] | None = None
+        self.log = config.parent / "serve.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log = self.log.open("a")
+        command = [
+            sys.executable,
+            "-m",
+            "mirror",
+            "serve",
+            "--config",
+            str(self.config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"service did not become ready:\n{self.log.read_text()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=30)
+
+    def stopped_cleanly(self) -> bool:
+        """SIGTERM: uvicorn shuts down gracefully, then re-raises the signal (exit status -15)."""
+        code = self.stop()
+        return code in (0, -signal.SIGTERM) and "service stopped cleanly" in self.log.read_text()
+
+    def post(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+        return httpx.post(f"{self.url}{path}", content=body, headers=headers or {}, timeout=10)
+
+    def signed(self, payload: Any, delivery: str | None = None, event: str | None = None) -> httpx.Response:
+        body = json.dumps(payload).encode()
+        signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        headers = {"X-Hub-Signature-256": signature, "Content-Type": "application/json"}
+        if delivery:
+            headers["X-GitHub-Delivery"] = delivery
+        if event:
+            headers["X-GitHub-Event"] = event
+        return self.post("/hooks/ci", body, headers)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return dict(httpx.get(f"{self.url}/jobs/{job_id}", timeout=5).json())
+
+    def wait_done(self, job_id: str, seconds: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            job = self.job(job_id)
+            if job["state"] in ("succeeded", "failed"):
+                return job
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} did not finish: {self.job(job_id)}")
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return list(httpx.get(f"{self.url}/jobs", timeout=5).json()["jobs"])
+
+
+def service_config(tmp_path: Path, source: Any, target: Any, **extra: Any) -> Path:
+    path = write_config(
+        tmp_path / "mirror.yaml",
+        source,
+        [target],
+        state_dir=str(tmp_path / "state"),
+        lock_dir=str(tmp_path / "locks"),
+        webhook={"secret": SECRET, "dockerhub_token": DOCKERHUB_TOKEN},
+        discovery={"versions": ">=2.7.0", "newest": 2},
+        **extra,
+    )
+    return path
+
+
+@pytest.fixture
+def service(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> Iterator[Service]:
+    running = Service(service_config(tmp_path, source, target), free_port())
+    running.start()
+    yield running
+    running.stop()
+
+
+def test_signed_webhook_runs_a_verified_copy_and_serves_the_values(
+    service: Service, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    hami, _ = seed_release(source)
+    answer = service.signed({"version": "2.10.0"}, delivery="delivery-1")
+    assert answer.status_code == 202
+    accepted = answer.json()
+    assert accepted["state"] == "queued" and accepted["versions"] == [VERSION] and accepted["duplicate"] is False
+    job = service.wait_done(accepted["id"])
+    assert job["state"] == "succeeded", job["error"]
+    assert job["started_at"] <= job["finished_at"]
+    (release,) = job["releases"]
+    assert release["version"] == VERSION and release["images"][0]["source_digest"] == hami.digest
+    assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
+    values = httpx.get(f"{service.url}{job['values'][0]['url']}", timeout=5)
+    assert values.status_code == 200 and values.headers["content-type"].startswith("application/yaml")
+    assert yaml.safe_load(values.text)["devicePlugin"]["image"]["repository"] == "mirrored/hami"
+    assert [j["id"] for j in service.jobs()] == [accepted["id"]]
+    # the JSON logs carry the job id
+    lines = [json.loads(line) for line in service.log.read_text().splitlines() if line.startswith("{")]
+    assert any(line.get("job") == accepted["id"] and "job started" in line["msg"] for line in lines)
+
+
+def test_github_release_events_are_understood(service: Service, source: LocalRegistry) -> None:
+    seed_release(source)
+    answer = service.signed({"action": "published", "release": {"tag_name": "v2.10.0"}}, event="release")
+    assert answer.status_code == 202 and answer.json()["versions"] == [VERSION]
+    assert service.wait_done(answer.json()["id"])["state"] == "succeeded"
+
+
+def test_bad_requests_are_refused_and_queue_nothing(service: Service) -> None:
+    body = json.dumps({"version": "v2.10.0"}).encode()
+    good_sig = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    cases = [
+        (body, {}, 401),  # unsigned
+        (body, {"X-Hub-Signature-256": "sha256=" + "0" * 64}, 401),  # badly signed
+        (body, {"X-Hub-Signature-256": good_sig.replace("sha256=", "sha1=")}, 401),
+        (b"x" * (64 * 1024 + 1), {"X-Hub-Signature-256": good_sig}, 413),  # oversized
+    ]
+    for raw, headers, status in cases:
+        answer = service.post("/hooks/ci", raw, headers)
+        assert answer.status_code == status and "error" in answer.json()
+    for payload in ({"version": "latest"}, {"version": "v2.6.0"}, {"nothing": 1}, ["v2.10.0"]):
+        assert service.signed(payload).status_code == 422
+    malformed = b"{not json"
+    signature = "sha256=" + hmac.new(SECRET.encode(), malformed, hashlib.sha256).hexdigest()
+    assert service.post("/hooks/ci", malformed, {"X-Hub-Signature-256": signature}).status_code == 422
+    assert service.post(f"/hooks/dockerhub/wrong-{DOCKERHUB_TOKEN}", b"{}").status_code == 401
+    wrong_repo = {"push_data": {"tag": "v2.10.0"}, "repository": {"repo_name": "someone/else"}}
+    assert service.post(f"/hooks/dockerhub/{DOCKERHUB_TOKEN}", json.dumps(wrong_repo).encode()).status_code == 422
+    assert service.jobs() == []
+
+
+def test_duplicate_deliveries_queue_once(service: Service, source: LocalRegistry) -> None:
+    seed_release(source)
+    first = service.signed({"version": "v2.10.0"}, delivery="same-delivery").json()
+    again = service.signed({"version": "v2.10.0"}, delivery="same-delivery").json()
+    assert again["id"] == first["id"] and again["duplicate"] is True
+    service.wait_done(first["id"])
+    later = service.signed({"version": "v2.10.0"}, delivery="same-delivery").json()
+    assert later["id"] == first["id"]
+    assert len(service.jobs()) == 1
+
+
+def test_dockerhub_push_webhook(service: Service, source: LocalRegistry) -> None:
+    seed_release(source)
+    push = {"push_data": {"tag": "v2.10.0"}, "repository": {"repo_name": "projecthami/hami"}}
+    answer = service.post(f"/hooks/dockerhub/{DOCKERHUB_TOKEN}", json.dumps(push).encode())
+    assert answer.status_code == 202
+    assert service.wait_done(answer.json()["id"])["state"] == "succeeded"
+
+
+def test_metrics_parse_and_move(service: Service, source: LocalRegistry) -> None:
+    def samples() -> dict[str, float]:
+        text = httpx.get(f"{service.url}/metrics", timeout=5).text
+        found = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                found[f"{sample.name}{{{labels}}}"] = sample.value
+        return found
+
+    before = samples()
+    seed_release(source)
+    service.wait_done(service.signed({"version": "v2.10.0"}).json()["id"])
+    after = samples()
+    assert after["mirror_syncs_total{result=succeeded}"] == before.get("mirror_syncs_total{result=succeeded}", 0) + 1
+    assert after["mirror_bytes_copied_total{}"] > 0
+    assert after["mirror_blobs_total{outcome=uploaded}"] > 0
+    assert after["mirror_sync_duration_seconds_count{}"] == 1
+    assert after["mirror_last_success_timestamp_seconds{image=hami,target=t0}"] > time.time() - 120
+    assert "mirror_rate_limited_responses_total{}" in after
+
+
+def test_health_endpoints(service: Service) -> None:
+    assert httpx.get(f"{service.url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{service.url}/readyz").json()
+    assert ready == {"config": True, "store": True, "runner": True, "scheduler": True}
+
+
+def test_a_job_accepted_before_a_crash_completes_after_restart(tmp_path: Path, target: LocalRegistry) -> None:
+    from mirror.demo.localregistry import start_registry
+
+    with cdn_server(tmp_path / "slow" / "data", delay=1.0) as _cdn:
+        source = start_registry(tmp_path / "slow", redirect_to=_cdn.url)
+        try:
+            hami, _ = seed_release(source)
+            running = Service(service_config(tmp_path, source, target), free_port())
+            running.start()
+            job_id = running.signed({"version": "v2.10.0"}).json()["id"]
+            running.stop(signal.SIGKILL)  # accepted, persisted, not finished
+            assert manifest_digest(target, "mirrored/hami", VERSION) is None
+            running.start()
+            job = running.wait_done(job_id, seconds=90)
+            assert job["state"] == "succeeded", job["error"]
+            assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
+            assert running.stopped_cleanly()
+            running.start()  # a finished job's record survives restarts
+            assert running.job(job_id)["state"] == "succeeded"
+            running.stop()
+        finally:
+            source.stop()
+
+
+def test_the_schedule_runs_discovery(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> None:
+    seed_release(source)
+    running = Service(service_config(tmp_path, source, target, schedule="*/2 * * * * *"), free_port())
+    running.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not [j for j in running.jobs() if j["kind"] == "schedule" and j["state"] == "succeeded"]:
+            assert time.monotonic() < deadline, running.jobs()
+            time.sleep(0.3)
+        job = next(j for j in running.jobs() if j["kind"] == "schedule" and j["state"] == "succeeded")
+        assert [r["version"] for r in job["releases"]] == [VERSION]
+        assert manifest_digest(target, "mirrored/hami", VERSION) is not None
+    finally:
+        assert running.stopped_cleanly()
+
+
+# -- discovery -----------------------------------------------------------------------------------------
+
+
+def test_select_versions_filters_and_keeps_the_newest() -> None:
+    tags = ["v2.4.0", "v2.6.1", "v2.7.0", "v2.8.0", "v2.8.1", "v2.9.0", "v2.10.0", "v2.11.0-rc.1", "latest", "2.9.0"]
+    assert select_versions(tags, DiscoverySettings(versions=">=2.7.0", newest=0)) == [
+        "v2.7.0",
+        "v2.8.0",
+        "v2.8.1",
+        "v2.9.0",
+        "v2.10.0",
+    ]
+    assert select_versions(tags, DiscoverySettings(versions=">=2.7.0,<2.10.0", newest=2)) == ["v2.8.1", "v2.9.0"]
+    assert select_versions(tags, DiscoverySettings(versions=">=2.10.0", newest=0, prereleases=True)) == [
+        "v2.10.0",
+        "v2.11.0-rc.1",
+    ]
+
+
+def test_sync_discover_mirrors_exactly_the_selected_releases(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mirror.cli import main
+    from mirror.demo.sample import push_multiarch
+    from tests.support import with_client
+
+    for index, version in enumerate(["v2.6.0", "v2.8.0", "v2.9.0", "v2.10.0"]):
+
+        async def push(client: Any, version: str = version, index: int = index) -> Any:
+            return await push_multiarch(client, "projecthami/hami", version, seed=10 + index)
+
+        with_client(source, push)
+    seed_release(source)  # certgen v1.1.1 (and hami v2.10.0 again)
+    config = service_config(tmp_path, source, target)
+    assert main(["sync", "--discover", "--config", str(config), "--json"]) == 0
+    mirrored = [r["version"] for r in json.loads(capsys.readouterr().out)]
+    assert mirrored == ["v2.9.0", "v2.10.0"]  # >=2.7.0, newest 2
+    for version in ("v2.9.0", "v2.10.0"):
+        assert manifest_digest(target, "mirrored/hami", version) is not None
+    for version in ("v2.6.0", "v2.8.0"):
+        assert manifest_digest(target, "mirrored/hami", version) is None
+    # again: already mirrored releases cost one HEAD per image at the source, no GET
+    mark = len(source.access_log())
+    assert main(["sync", "--discover", "--config", str(config)]) == 0
+    after = source.access_log()[mark:]
+    assert sorted((e.method, e.path.split("/manifests/")[-1]) for e in after if "/manifests/" in e.path) == [
+        ("HEAD", "v1.1.1"),
+        ("HEAD", "v1.1.1"),
+        ("HEAD", "v2.10.0"),
+        ("HEAD", "v2.9.0"),
+    ]
+    assert not [e for e in after if e.method == "GET" and "/blobs/" in e.path]
