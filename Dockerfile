@@ -1,26 +1,36 @@
 # syntax=docker/dockerfile:1
-# Build a wheel, then install it into a slim runtime that runs as a non-root user.
-FROM python:3.11-slim AS build
+# Build a wheel of mirror and its dependencies, then install them into a slim runtime that runs as a
+# non-root user with a read-only root filesystem (state, output and temp files go to mounted volumes).
+FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mirror ./mirror
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
-FROM python:3.11-slim
+FROM python:3.11-slim-bookworm
 ARG VERSION=0.1.0
+ARG SOURCE=""
 LABEL org.opencontainers.image.title="mirror" \
-      org.opencontainers.image.description="Copy images from Docker Hub to Alibaba Cloud ACR, verified, and write Helm values" \
+      org.opencontainers.image.description="Copies images from Docker Hub to Alibaba Cloud ACR, verified, and writes HAMi's Helm values" \
       org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
-    && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin mirror
+RUN pip install --no-cache-dir --no-index --find-links=/wheels "mirror==${VERSION}" \
+    && rm -rf /wheels \
+    && groupadd --gid 10001 mirror \
+    && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin mirror \
+    && mkdir -p /var/lib/mirror \
+    && chown 10001:10001 /var/lib/mirror
 COPY config/mirror.yaml /etc/mirror/mirror.yaml
 ENV MIRROR_CONFIG=/etc/mirror/mirror.yaml \
     MIRROR_OUTPUT_DIR=/var/lib/mirror/out \
+    MIRROR_STATE_DIR=/var/lib/mirror/state \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 WORKDIR /var/lib/mirror
-USER 10001
+USER 10001:10001
+EXPOSE 8080
+# Liveness and readiness come from Kubernetes probes (/healthz, /readyz), not a HEALTHCHECK.
 ENTRYPOINT ["mirror"]
 CMD ["--help"]

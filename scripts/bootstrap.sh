@@ -10,6 +10,7 @@ missing=()
 command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # the README's webhook-signing example, tested
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get" >&2
   as_root apt-get update -qq

@@ -1,0 +1,127 @@
+"""The container image and the Kubernetes manifests: valid, complete, and runnable by the real CLI."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from mirror.cli import build_parser
+from mirror.service.hooks import check_signature
+from mirror.settings import load_settings
+
+ROOT = Path(__file__).parents[1]
+DEPLOY = ROOT / "deploy"
+KUBERNETES = "1.37.0"
+
+
+def manifests() -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        if path.name in ("kustomization.yaml", "mirror.yaml"):
+            continue
+        found += [(path.name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return found
+
+
+def workloads() -> dict[str, dict[str, Any]]:
+    docs = dict((doc["kind"], doc) for _, doc in manifests())
+    return {
+        "CronJob": docs["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+        "Deployment": docs["Deployment"]["spec"]["template"]["spec"],
+    }
+
+
+@pytest.mark.parametrize(("name", "doc"), manifests(), ids=[f"{n}:{d['kind']}" for n, d in manifests()])
+def test_every_manifest_validates_against_the_kubernetes_schema(name: str, doc: dict[str, Any]) -> None:
+    kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+def test_the_kustomization_lists_every_file() -> None:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    listed = set(kustomization["resources"])
+    listed |= {f for generator in kustomization["configMapGenerator"] for f in generator["files"]}
+    assert listed == {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
+
+
+@pytest.mark.parametrize("kind", ["CronJob", "Deployment"])
+def test_workloads_run_the_real_entrypoint_with_arguments_it_accepts(kind: str) -> None:
+    (container,) = workloads()[kind]["containers"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["mirror"]' in dockerfile
+    args = build_parser().parse_args(container["args"])
+    assert args.command == ("sync" if kind == "CronJob" else "serve")
+    if kind == "CronJob":
+        assert args.discover is True
+    assert Path(args.config) == Path("/etc/mirror/mirror.yaml")
+
+
+@pytest.mark.parametrize("kind", ["CronJob", "Deployment"])
+def test_workloads_are_locked_down(kind: str) -> None:
+    pod = workloads()[kind]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert set(container["resources"]) == {"requests", "limits"}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/tmp", "/var/lib/mirror", "/etc/mirror"} <= mounts  # the only writable paths are volumes
+
+
+def test_the_service_is_probed_and_kept_to_one_replica() -> None:
+    docs = dict((doc["kind"], doc) for _, doc in manifests())
+    deployment = docs["Deployment"]["spec"]
+    assert deployment["replicas"] == 1 and deployment["strategy"]["type"] == "Recreate"
+    (container,) = deployment["template"]["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    cron = docs["CronJob"]["spec"]
+    assert cron["concurrencyPolicy"] == "Forbid" and cron["jobTemplate"]["spec"]["activeDeadlineSeconds"] > 0
+    policy = docs["NetworkPolicy"]["spec"]
+    assert {p["port"] for rule in policy["egress"] for p in rule["ports"]} == {53, 443}
+    assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == [8080]
+
+
+def test_secrets_are_placeholders() -> None:
+    for _, doc in manifests():
+        if doc["kind"] == "Secret":
+            for value in doc["stringData"].values():
+                assert "<" in value  # never a real value
+
+
+def test_the_configmap_config_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    docker_config = tmp_path / ".dockerconfigjson"
+    docker_config.write_text('{"auths": {}}')
+    monkeypatch.setenv("MIRROR_DOCKER_CONFIG", str(docker_config))  # the Secret's mount point, here
+    settings = load_settings(DEPLOY / "mirror.yaml")
+    assert settings.targets[0].registry == "registry.cn-hangzhou.aliyuncs.com"
+    assert [i.source for i in settings.images] == ["projecthami/hami", "liangjw/kube-webhook-certgen"]
+
+
+def test_hadolint_passes_on_the_dockerfile() -> None:
+    hadolint = Path(__file__).parents[1] / ".venv" / "bin" / "hadolint"
+    result = subprocess.run([str(hadolint), str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_readme_ci_example_signs_as_the_service_checks(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    lines = [line.strip() for line in readme.splitlines()]
+    body_line = next(line for line in lines if line.startswith('body="'))
+    sig_line = next(line for line in lines if line.startswith('sig="sha256='))
+    script = f'{body_line}\n{sig_line}\nprintf "%s\\n%s" "$sig" "$body"\n'
+    env = {"SECRET": "shared-secret", "TAG": "v2.10.0", "PATH": "/usr/bin:/bin"}
+    output = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=True).stdout
+    signature, body = output.split("\n", 1)
+    assert re.fullmatch(r"sha256=[0-9a-f]{64}", signature)
+    check_signature(b"shared-secret", body.encode(), signature)  # raises if they disagree
+    with pytest.raises(Exception, match="bad signature"):
+        check_signature(b"another-secret", body.encode(), signature)
