@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support import http_server
+
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
 
 
@@ -209,18 +211,6 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
 
         do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _any
 
-    class Server(http.server.ThreadingHTTPServer):
-        daemon_threads = True
-
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            pass  # a client that hung up mid-answer is part of the game here
-
-    server = Server(("127.0.0.1", 0), Handler)
-    proxy.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with http_server(Handler) as server:
+        proxy.port = server.server_address[1]
         yield proxy
-    finally:
-        server.shutdown()
-        server.server_close()

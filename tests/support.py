@@ -159,18 +159,26 @@ def cdn_server(root: Path, delay: float = 0.0) -> Iterator[CdnServer]:
         def do_HEAD(self) -> None:
             self._serve(False)
 
-    class Server(http.server.ThreadingHTTPServer):
-        daemon_threads = True
+    with http_server(Handler) as server:
+        cdn.server = server
+        yield cdn
 
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            pass  # a client that hung up mid-blob (a killed sync) is expected here
 
-    server = Server(("127.0.0.1", 0), Handler)
-    cdn.server = server
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hangs up mid-answer (a killed sync, a timeout) is expected in these tests
+
+
+@contextmanager
+def http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[http.server.ThreadingHTTPServer]:
+    """Serve `handler` on a free loopback port from a background thread."""
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield cdn
+        yield server
     finally:
         server.shutdown()
         server.server_close()

@@ -99,46 +99,48 @@ def test_sigkill_at_a_random_point_never_leaves_an_incomplete_tag(tmp_path: Path
             target.stop()
 
 
-def test_sigterm_lets_in_flight_uploads_finish_then_exits_143(tmp_path: Path) -> None:
-    with slow_source(tmp_path, delay=0.5) as (source, _):
+@contextmanager
+def slow_copy(tmp_path: Path, delay: float) -> Iterator[tuple[LocalRegistry, LocalRegistry]]:
+    """A seeded slow source and an empty target."""
+    with slow_source(tmp_path, delay) as (source, _):
         target = start_registry(tmp_path / "target")
         try:
             seed_release(source)
-            config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=10)
-            process = spawn(config)
-            wait_for(lambda: first_upload_started(target))
-            process.send_signal(signal.SIGTERM)
-            started = time.monotonic()
-            _, err = process.communicate(timeout=30)
-            assert process.returncode == 143
-            assert time.monotonic() - started < 10
-            assert "stopped by SIGTERM" in err and "Traceback" not in err
-            assert "upload abandoned" not in err  # the grace period was enough for what was in flight
-            finished = [e for e in target.access_log() if e.method == "PUT" and "/blobs/uploads/" in e.path]
-            assert finished and all(e.status == 201 for e in finished)
-            assert incomplete_tags(target) == []
+            yield source, target
         finally:
             target.stop()
+
+
+def sigterm_mid_copy(config: Path, target: LocalRegistry) -> tuple[int, float, str]:
+    """Start a sync, SIGTERM it once its first upload started; its exit code, seconds to exit, stderr."""
+    process = spawn(config)
+    wait_for(lambda: first_upload_started(target))
+    process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    _, err = process.communicate(timeout=30)
+    return process.returncode, time.monotonic() - started, err
+
+
+def test_sigterm_lets_in_flight_uploads_finish_then_exits_143(tmp_path: Path) -> None:
+    with slow_copy(tmp_path, delay=0.5) as (source, target):
+        config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=10)
+        code, seconds, err = sigterm_mid_copy(config, target)
+        assert code == 143 and seconds < 10
+        assert "stopped by SIGTERM" in err and "Traceback" not in err
+        assert "upload abandoned" not in err  # the grace period was enough for what was in flight
+        finished = [e for e in target.access_log() if e.method == "PUT" and "/blobs/uploads/" in e.path]
+        assert finished and all(e.status == 201 for e in finished)
+        assert incomplete_tags(target) == []
 
 
 def test_sigterm_abandons_uploads_after_the_grace_period(tmp_path: Path) -> None:
-    with slow_source(tmp_path, delay=3.0) as (source, _):
-        target = start_registry(tmp_path / "target")
-        try:
-            seed_release(source)
-            config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=0.3)
-            process = spawn(config)
-            wait_for(lambda: first_upload_started(target))
-            process.send_signal(signal.SIGTERM)
-            started = time.monotonic()
-            _, err = process.communicate(timeout=30)
-            assert process.returncode == 143
-            assert time.monotonic() - started < 2.5  # far less than the 3 s a blob takes
-            assert "upload abandoned at shutdown" in err and "Traceback" not in err
-            for repository, tag in IMAGES:
-                assert manifest_digest(target, repository, tag) is None
-        finally:
-            target.stop()
+    with slow_copy(tmp_path, delay=3.0) as (source, target):
+        config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=0.3)
+        code, seconds, err = sigterm_mid_copy(config, target)
+        assert code == 143 and seconds < 2.5  # far less than the 3 s a blob takes
+        assert "upload abandoned at shutdown" in err and "Traceback" not in err
+        for repository, tag in IMAGES:
+            assert manifest_digest(target, repository, tag) is None
 
 
 def test_target_registry_killed_mid_copy_then_a_rerun_completes(tmp_path: Path) -> None:
@@ -165,42 +167,32 @@ def test_target_registry_killed_mid_copy_then_a_rerun_completes(tmp_path: Path) 
 
 
 def test_two_syncs_of_one_target_take_turns(tmp_path: Path) -> None:
-    with slow_source(tmp_path, delay=0.3) as (source, _):
-        target = start_registry(tmp_path / "target")
-        try:
-            seed_release(source)
-            config = write_config(tmp_path / "mirror.yaml", source, [target], lock_dir=str(tmp_path / "locks"))
-            first = spawn(config)
-            wait_for(lambda: first_upload_started(target))
-            second = spawn(config, "--json")
-            _, first_err = first.communicate(timeout=60)
-            second_out, second_err = second.communicate(timeout=60)
-            assert first.returncode == 0, first_err
-            assert second.returncode == 0, second_err
-            assert "waiting for another mirror sync of the same target" in second_err
-            # the second run started after the first had finished: everything was already there
-            actions = [t["action"] for i in yaml.safe_load(second_out)["images"] for t in i["targets"]]
-            assert actions == ["up-to-date", "up-to-date"]
-        finally:
-            target.stop()
+    with slow_copy(tmp_path, delay=0.3) as (source, target):
+        config = write_config(tmp_path / "mirror.yaml", source, [target], lock_dir=str(tmp_path / "locks"))
+        first = spawn(config)
+        wait_for(lambda: first_upload_started(target))
+        second = spawn(config, "--json")
+        _, first_err = first.communicate(timeout=60)
+        second_out, second_err = second.communicate(timeout=60)
+        assert first.returncode == 0, first_err
+        assert second.returncode == 0, second_err
+        assert "waiting for another mirror sync of the same target" in second_err
+        # the second run started after the first had finished: everything was already there
+        actions = [t["action"] for i in yaml.safe_load(second_out)["images"] for t in i["targets"]]
+        assert actions == ["up-to-date", "up-to-date"]
 
 
 def test_a_sync_waiting_too_long_for_the_lock_gives_up(tmp_path: Path) -> None:
-    with slow_source(tmp_path, delay=1.0) as (source, _):
-        target = start_registry(tmp_path / "target")
-        try:
-            seed_release(source)
-            locks = str(tmp_path / "locks")
-            slow = write_config(tmp_path / "slow.yaml", source, [target], lock_dir=locks)
-            impatient = write_config(tmp_path / "impatient.yaml", source, [target], lock_dir=locks, lock_timeout=0.5)
-            first = spawn(slow)
-            wait_for(lambda: first_upload_started(target))
-            second = subprocess.run(mirror_command(impatient), capture_output=True, text=True, timeout=30)
-            assert second.returncode == 1
-            assert "another mirror sync holds" in second.stderr
-            assert first.wait(timeout=60) == 0
-        finally:
-            target.stop()
+    with slow_copy(tmp_path, delay=1.0) as (source, target):
+        locks = str(tmp_path / "locks")
+        slow = write_config(tmp_path / "slow.yaml", source, [target], lock_dir=locks)
+        impatient = write_config(tmp_path / "impatient.yaml", source, [target], lock_dir=locks, lock_timeout=0.5)
+        first = spawn(slow)
+        wait_for(lambda: first_upload_started(target))
+        second = subprocess.run(mirror_command(impatient), capture_output=True, text=True, timeout=30)
+        assert second.returncode == 1
+        assert "another mirror sync holds" in second.stderr
+        assert first.wait(timeout=60) == 0
 
 
 # -- memory ---------------------------------------------------------------------------------------------

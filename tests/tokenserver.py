@@ -12,7 +12,6 @@ import datetime
 import http.server
 import json
 import math
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +26,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+
+from tests.support import http_server
 
 ISSUER = "mirror-test-issuer"
 REGISTRY_LEEWAY = 60  # distribution accepts a token this long past its exp
@@ -178,13 +179,6 @@ def token_server(root: Path, **options: Any) -> Iterator[TokenServer]:
             scopes = form.get("scope", [""])[0].split()
             self.reply(200, server_state.issue(user, form.get("service", [""])[0], scopes, "POST"))
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server_state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with http_server(Handler) as server:
+        server_state.port = server.server_address[1]
         yield server_state
-    finally:
-        server.shutdown()
-        server.server_close()
