@@ -71,14 +71,10 @@ async def plan_target(
 ) -> TargetPlan:
     """HEAD each child manifest and each blob the missing children need."""
     repository = ref.repository.name
-    missing_children: list[Manifest] = []
-    present = 0
-    for child in tree.children:
-        if await client.head_manifest(repository, child.digest) is None:
-            missing_children.append(child)
-        else:
-            present += 1
-    images = [m for m in missing_children] if tree.root.is_index else [tree.root]
+    found = await asyncio.gather(*(client.head_manifest(repository, c.digest) for c in tree.children))
+    missing_children = [child for child, there in zip(tree.children, found, strict=True) if there is None]
+    present = len(tree.children) - len(missing_children)
+    images = missing_children if tree.root.is_index else [tree.root]
     needed: dict[str, Descriptor] = {}
     for manifest in images:
         for blob in manifest.blobs:

@@ -77,6 +77,9 @@ class JobRunner:
                 results = await sync(self.settings, job["versions"], options, Progress(), self.shutdown)
         except (ValueError, LockTimeout) as exc:  # bad versions, config, a lock held too long
             error = str(exc)
+        except Exception as exc:  # a bug: record it on the job and keep serving
+            log.exception("job crashed")
+            error = f"internal error: {type(exc).__name__}: {exc}"
         failures = [line for r in results for line in r.failures()]
         if self.shutdown.stopping and not error:
             error = "stopped by shutdown before the job finished"
