@@ -35,8 +35,7 @@ def require_nested_schema(version: str) -> None:
     if version_key(version)[:3] < NESTED_SCHEMA_SINCE:
         raise VersionError(
             f"{version}: HAMi charts before 2.7.0 use the flat values schema; mirror writes values for "
-            "charts 2.7.0 and later (copy older images with a config whose images have no values_keys "
-            "is not supported either: upgrade the chart)"
+            "charts 2.7.0 and later"
         )
 
 
@@ -152,8 +151,8 @@ def write_values(
     settings: MirrorSettings, target: TargetSettings, version: str, latest: bool, pull_secret: str | None = None
 ) -> ValuesFile:
     """Write the values and the DRA RBAC file to `<output_dir>/<target>/<version>/`, and to
-    `<output_dir>/<target>/` for the newest release of the run."""
-    require_nested_schema(version)
+    `<output_dir>/<target>/` for the newest release of the run. The version was checked against
+    `require_nested_schema` when the jobs were built."""
     values = build_values(target, settings.images, settings.values, pull_secret)
     header = (
         f"HAMi {version} images mirrored to {target.registry}/{target.namespace} (target {target.name}),\n"

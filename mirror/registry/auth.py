@@ -17,6 +17,7 @@ import httpx
 from mirror.registry.challenge import Challenge, merge_scopes, parse_challenge, repository_of, scopes_for
 from mirror.registry.credentials import Credentials
 from mirror.registry.errors import RegistryError, parse_error_body
+from mirror.registry.retry import replayable
 from mirror.registry.tokens import (
     MAX_TOKEN_RESPONSE,
     Token,
@@ -108,7 +109,7 @@ class RegistryAuth(httpx.Auth):
             response = yield request
             if response.status_code != 401:
                 return
-            if not _replayable(request):
+            if not replayable(request):
                 # A streamed body cannot be sent again: forget the refused token, so the caller's retry
                 # (a new upload session) gets a fresh one, and let the 401 through.
                 if self._bearer is not None:
@@ -170,11 +171,6 @@ async def _read_capped(response: httpx.Response) -> bytes:
         await response.aclose()
         return b""
     return (await response.aread())[:MAX_TOKEN_RESPONSE]
-
-
-def _replayable(request: httpx.Request) -> bool:
-    """A request whose body was streamed from a generator cannot be sent again."""
-    return isinstance(request.stream, httpx.ByteStream)
 
 
 def _retrieve(future: asyncio.Future[Token]) -> None:

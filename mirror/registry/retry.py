@@ -78,7 +78,8 @@ def _small(request: httpx.Request, response: httpx.Response) -> bool:
     return request.method == "GET" and declared.isdigit() and int(declared) <= BUFFERED_BODY_LIMIT
 
 
-def _replayable(request: httpx.Request) -> bool:
+def replayable(request: httpx.Request) -> bool:
+    """A request whose body was streamed from a generator cannot be sent again."""
     return isinstance(request.stream, httpx.ByteStream)
 
 
@@ -100,7 +101,7 @@ class RetryTransport(httpx.AsyncBaseTransport):
         self.sleep = sleep
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method not in IDEMPOTENT_METHODS or not _replayable(request):
+        if request.method not in IDEMPOTENT_METHODS or not replayable(request):
             return await self.inner.handle_async_request(request)
         started = time.monotonic()
         attempt = 1
