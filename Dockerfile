@@ -5,7 +5,7 @@ FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mirror ./mirror
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[postgres]"
 
 FROM python:3.11-slim-bookworm
 ARG VERSION=0.1.0
@@ -16,7 +16,7 @@ LABEL org.opencontainers.image.title="mirror" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links=/wheels "mirror==${VERSION}" \
+RUN pip install --no-cache-dir --no-index --find-links=/wheels "mirror[postgres]==${VERSION}" \
     && rm -rf /wheels \
     && groupadd --gid 10001 mirror \
     && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin mirror \

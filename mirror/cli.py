@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from mirror import __version__
+from mirror.engine.discover import DiscoveryError
 from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, VersionError, ReferenceError) as exc:
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except LockTimeout as exc:
+    except (LockTimeout, DiscoveryError) as exc:
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

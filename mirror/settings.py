@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,11 +21,15 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mirror import acr, reference
-from mirror.release import normalise_version
+from mirror.release import VersionError, normalise_version, parse_filter
 
 DEFAULT_CONFIG_PATH = Path("config/mirror.yaml")
 VERSION_PLACEHOLDER = "{version}"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_PREFIX = "MIRROR_"
+MIN_SECRET_BYTES = 16  # an HMAC key or bearer token shorter than this is guessable, an empty one signs anything
+CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
 
 
 def _platform(value: str) -> str:
@@ -42,6 +47,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _env_name(value: str | None) -> str | None:
+    if value is not None and not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not an environment variable name (letters, digits and '_')")
+    return value
+
+
+def _one_source(kind: str, **sources: object) -> None:
+    given = [name for name, value in sources.items() if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"{kind}: give one of {', '.join(given)}, not several")
+
+
 class RegistrySettings(_Model):
     """Transport settings for one registry host[:port]."""
 
@@ -49,11 +66,24 @@ class RegistrySettings(_Model):
     username: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None
+    password_env: str | None = None  # the name of an environment variable that holds the password
     max_connections: int = Field(default=16, ge=1, le=256)
+
+    @field_validator("password_env")
+    @classmethod
+    def _password_env(cls, value: str | None) -> str | None:
+        return _env_name(value)
+
+    @model_validator(mode="after")
+    def _one_password(self) -> RegistrySettings:
+        _one_source("password", password=self.password, file=self.password_file, env=self.password_env)
+        return self
 
     def password_value(self) -> str | None:
         if self.password is not None:
             return self.password.get_secret_value()
+        if self.password_env is not None:
+            return os.environ.get(self.password_env)
         if self.password_file is not None:
             return self.password_file.read_text(encoding="utf-8").rstrip("\r\n")
         return None
@@ -195,6 +225,25 @@ class DiscoverySettings(_Model):
     newest: int = Field(default=3, ge=0)  # keep the newest N of those (0: all)
     prereleases: bool = False
 
+    @field_validator("versions")
+    @classmethod
+    def _filter(cls, value: str) -> str:
+        try:
+            parse_filter(value)
+        except VersionError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
+def _long_enough(value: SecretStr | None) -> SecretStr | None:
+    if value is not None and len(value.get_secret_value().encode()) < MIN_SECRET_BYTES:
+        raise ValueError(f"must be at least {MIN_SECRET_BYTES} bytes (an empty or short key lets others sign)")
+    return value
+
+
+def read_secret_file(path: Path) -> bytes:
+    return path.read_bytes().strip()
+
 
 class WebhookSettings(_Model):
     secret: SecretStr | None = None  # HMAC-SHA256 key for X-Hub-Signature-256
@@ -202,11 +251,51 @@ class WebhookSettings(_Model):
     dockerhub_token: SecretStr | None = None  # the <token> in POST /hooks/dockerhub/<token>
     max_body: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
 
+    @field_validator("secret", "dockerhub_token")
+    @classmethod
+    def _strong(cls, value: SecretStr | None) -> SecretStr | None:
+        return _long_enough(value)
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> WebhookSettings:
+        _one_source("webhook secret", secret=self.secret, secret_file=self.secret_file)
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.secret is not None or self.secret_file is not None or self.dockerhub_token is not None
+
     def secret_value(self) -> bytes | None:
         if self.secret is not None:
             return self.secret.get_secret_value().encode()
         if self.secret_file is not None:
-            return self.secret_file.read_bytes().strip()
+            return read_secret_file(self.secret_file)
+        return None
+
+
+class ServiceSettings(_Model):
+    """`mirror serve`: who may read the job API, and how jobs are leased among replicas."""
+
+    api_token: SecretStr | None = None  # bearer token for /jobs; without one the job API answers 401
+    api_token_file: Path | None = None
+    lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)  # a running job's lease, renewed at 1/3
+    poll_seconds: float = Field(default=1.0, gt=0, le=60.0)  # how often an idle replica looks for work
+
+    @field_validator("api_token")
+    @classmethod
+    def _strong(cls, value: SecretStr | None) -> SecretStr | None:
+        return _long_enough(value)
+
+    @model_validator(mode="after")
+    def _one_token(self) -> ServiceSettings:
+        _one_source("service api token", api_token=self.api_token, api_token_file=self.api_token_file)
+        return self
+
+    def api_token_value(self) -> bytes | None:
+        if self.api_token is not None:
+            return self.api_token.get_secret_value().encode()
+        if self.api_token_file is not None:
+            return read_secret_file(self.api_token_file)
         return None
 
 
@@ -252,9 +341,10 @@ class MirrorSettings(BaseSettings):
     state_dir: Path = Path("state")
     database_url: str | None = None  # default: sqlite:///<state_dir>/mirror.db
     webhook: WebhookSettings = WebhookSettings()
+    service: ServiceSettings = ServiceSettings()
     shutdown_grace: float = Field(default=20.0, ge=0)  # seconds in-flight uploads get after SIGTERM
     lock_timeout: float = Field(default=600.0, ge=0)  # how long to wait for another sync of a target
-    lock_dir: Path | None = None  # default: <temp dir>/mirror-locks, shared by every config on the machine
+    lock_dir: Path | None = None  # default: <temp dir>/mirror-locks; with a PostgreSQL database_url, locks are there
     values: ValuesSettings = ValuesSettings()
 
     @classmethod
@@ -272,8 +362,15 @@ class MirrorSettings(BaseSettings):
     @field_validator("schedule")
     @classmethod
     def _schedule(cls, value: str | None) -> str | None:
-        if value is not None and len(value.split()) not in (5, 6):
-            raise ValueError("a cron expression has 5 fields (or 6, with seconds first)")
+        if value is not None:
+            check_cron(value)
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^(sqlite|postgresql)(\+\w+)?://", value):
+            raise ValueError("expected sqlite:///path or postgresql+psycopg://user@host/db")
         return value
 
     @field_validator("registries")
@@ -310,8 +407,25 @@ class MirrorSettings(BaseSettings):
         raise ConfigError(f"--target {name!r}: no such target (configured: {known})")
 
 
+def check_cron(expression: str) -> None:
+    """Parse a cron expression the way APScheduler will (5 fields, or 6 with seconds first), naming the
+    field that is wrong."""
+    fields = expression.split()
+    if len(fields) not in (5, 6):
+        raise ValueError(f"{expression!r}: a cron expression has 5 fields (or 6, with seconds first)")
+    from apscheduler.triggers.cron import CronTrigger  # only configs with a schedule pay for the import
+
+    names = ("second", *CRON_FIELDS) if len(fields) == 6 else CRON_FIELDS
+    for name, value in zip(names, fields, strict=True):
+        try:
+            CronTrigger(**{name: value}, timezone="UTC")
+        except ValueError as exc:
+            raise ValueError(f"{expression!r}: {name} field {value!r}: {exc}") from None
+
+
 def load_settings(path: Path | None = None) -> MirrorSettings:
-    """Read the YAML file, apply MIRROR_* overrides, validate. Raises ConfigError naming each bad key."""
+    """Read the YAML file, apply MIRROR_* overrides, validate, check the files and variables it names.
+    Raises ConfigError naming each bad key (or the MIRROR_* variable that set it)."""
     path = path or Path(os.environ.get("MIRROR_CONFIG", DEFAULT_CONFIG_PATH))
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -324,20 +438,59 @@ def load_settings(path: Path | None = None) -> MirrorSettings:
     try:
         settings = MirrorSettings(**data)
     except ValidationError as exc:
-        raise ConfigError(f"config file {path}:\n" + format_validation_error(exc)) from None
-    except ValueError as exc:  # raised by a settings source, e.g. a MIRROR_* variable that is not valid JSON
-        raise ConfigError(f"config file {path}: {exc}") from None
-    if settings.docker_config is not None and not settings.docker_config.is_file():
-        raise ConfigError(f"docker_config: {settings.docker_config} is not a readable file")
-    for host, registry in settings.registries.items():
-        if registry.password_file is not None and not registry.password_file.is_file():
-            raise ConfigError(f"registries.{host}.password_file: {registry.password_file} is not a readable file")
+        raise ConfigError(f"config file {path}:\n" + format_validation_error(exc, os.environ)) from None
+    except ValueError as exc:  # raised by a settings source: a MIRROR_* variable that is not valid JSON
+        raise ConfigError(_blame_variable(str(exc), os.environ) or f"config file {path}: {exc}") from None
+    problems = missing_inputs(settings, os.environ)
+    if problems:
+        raise ConfigError(f"config file {path}:\n" + "\n".join(f"  {p}" for p in problems))
     return settings
 
 
-def format_validation_error(exc: ValidationError) -> str:
+def missing_inputs(settings: MirrorSettings, environ: Mapping[str, str]) -> list[str]:
+    """The files and environment variables the config names that are not there (or too weak to use)."""
+    problems = []
+
+    def need_file(key: str, path: Path | None) -> None:
+        if path is not None and not path.is_file():
+            problems.append(f"{key}: {path} is not a readable file")
+
+    def need_secret_file(key: str, path: Path | None) -> None:
+        need_file(key, path)
+        if path is not None and path.is_file() and len(read_secret_file(path)) < MIN_SECRET_BYTES:
+            problems.append(f"{key}: {path} holds fewer than {MIN_SECRET_BYTES} bytes (an empty key lets anyone sign)")
+
+    need_file("docker_config", settings.docker_config)
+    for host, registry in settings.registries.items():
+        need_file(f"registries.{host}.password_file", registry.password_file)
+        if registry.password_env is not None and not environ.get(registry.password_env):
+            problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is not set")
+    need_secret_file("webhook.secret_file", settings.webhook.secret_file)
+    need_secret_file("service.api_token_file", settings.service.api_token_file)
+    return problems
+
+
+def _variable_for(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> str | None:
+    """The MIRROR_* variable that set the value at `loc`, if one did (the longest matching prefix)."""
+    names = {name.upper(): name for name in environ if name.upper().startswith(ENV_PREFIX)}
+    for length in range(len(loc), 0, -1):
+        wanted = ENV_PREFIX + "__".join(str(part) for part in loc[:length]).upper()
+        if wanted in names:
+            return names[wanted]
+    return None
+
+
+def _blame_variable(message: str, environ: Mapping[str, str]) -> str | None:
+    match = re.search(r'error parsing value for field "(\w+)" from source "EnvSettingsSource"', message)
+    variable = _variable_for((match[1],), environ) if match else None
+    return f"{variable}: not valid JSON for {match[1]}" if match and variable else None
+
+
+def format_validation_error(exc: ValidationError, environ: Mapping[str, str] | None = None) -> str:
     lines = []
     for error in exc.errors(include_url=False, include_input=False):
         key = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        lines.append(f"  {key}: {error['msg']}")
+        variable = _variable_for(tuple(error["loc"]), environ) if environ is not None else None
+        where = f"{key} (set by the environment variable {variable})" if variable else key
+        lines.append(f"  {where}: {error['msg']}")
     return "\n".join(lines)

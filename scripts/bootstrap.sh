@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what mirror needs on a Debian/Ubuntu machine: the registry binary for the demo and the tests,
-# python3-venv, and a virtualenv in .venv with mirror and its dev tools. Safe to run again.
+# PostgreSQL for the replica tests, python3-venv, and a virtualenv in .venv with mirror and its dev tools. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,7 +10,10 @@ missing=()
 command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
-command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # the README's webhook-signing example, tested
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # the README's webhook-signing example; test TLS CAs
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)  # the replicas' shared database
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)  # tests at Docker Hub's and ACR's real host names
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get" >&2
   as_root apt-get update -qq

@@ -25,7 +25,9 @@ from tests.support import cdn_server, manifest_digest, write_config
 from tests.test_sync import VERSION, seed_release
 
 SECRET = "webhook-shared-secret-0123"
-DOCKERHUB_TOKEN = "dh-token-4567"
+DOCKERHUB_TOKEN = "dh-token-4567-89ab-cdef"
+API_TOKEN = "job-api-token-0123456789"
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
 
 class Service:
@@ -89,7 +91,7 @@ class Service:
         return self.post("/hooks/ci", body, headers)
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return dict(httpx.get(f"{self.url}/jobs/{job_id}", timeout=5).json())
+        return dict(httpx.get(f"{self.url}/jobs/{job_id}", headers=AUTH, timeout=5).json())
 
     def wait_done(self, job_id: str, seconds: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + seconds
@@ -101,7 +103,7 @@ class Service:
         raise AssertionError(f"job {job_id} did not finish: {self.job(job_id)}")
 
     def jobs(self) -> list[dict[str, Any]]:
-        return list(httpx.get(f"{self.url}/jobs", timeout=5).json()["jobs"])
+        return list(httpx.get(f"{self.url}/jobs", headers=AUTH, timeout=5).json()["jobs"])
 
 
 def service_config(tmp_path: Path, source: Any, target: Any, **extra: Any) -> Path:
@@ -112,6 +114,7 @@ def service_config(tmp_path: Path, source: Any, target: Any, **extra: Any) -> Pa
         state_dir=str(tmp_path / "state"),
         lock_dir=str(tmp_path / "locks"),
         webhook={"secret": SECRET, "dockerhub_token": DOCKERHUB_TOKEN},
+        service={"api_token": API_TOKEN, "lease_seconds": 3, "poll_seconds": 0.2},
         discovery={"versions": ">=2.7.0", "newest": 2},
         **extra,
     )
@@ -140,7 +143,7 @@ def test_signed_webhook_runs_a_verified_copy_and_serves_the_values(
     (release,) = job["releases"]
     assert release["version"] == VERSION and release["images"][0]["source_digest"] == hami.digest
     assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
-    values = httpx.get(f"{service.url}{job['values'][0]['url']}", timeout=5)
+    values = httpx.get(f"{service.url}{job['values'][0]['url']}", headers=AUTH, timeout=5)
     assert values.status_code == 200 and values.headers["content-type"].startswith("application/yaml")
     assert yaml.safe_load(values.text)["devicePlugin"]["image"]["repository"] == "mirrored/hami"
     assert [j["id"] for j in service.jobs()] == [accepted["id"]]
@@ -223,7 +226,63 @@ def test_metrics_parse_and_move(service: Service, source: LocalRegistry) -> None
 def test_health_endpoints(service: Service) -> None:
     assert httpx.get(f"{service.url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{service.url}/readyz").json()
-    assert ready == {"config": True, "store": True, "runner": True, "scheduler": True}
+    assert ready == {
+        "config": True,
+        "store": True,
+        "runner": True,
+        "scheduler": True,
+        "detail": {"webhooks": "enabled: ci, dockerhub", "schedule": "off"},
+    }
+
+
+def test_the_job_api_needs_the_bearer_token_and_health_stays_open(service: Service, source: LocalRegistry) -> None:
+    seed_release(source)
+    job = service.wait_done(service.signed({"version": "v2.10.0"}).json()["id"])
+    paths = ["/jobs", f"/jobs/{job['id']}", f"/jobs/{job['id']}/values/t0"]
+    for path in paths:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": API_TOKEN}):
+            answer = httpx.get(f"{service.url}{path}", headers=headers, timeout=5)
+            assert answer.status_code == 401 and answer.headers["www-authenticate"] == "Bearer", (path, headers)
+            assert API_TOKEN not in answer.text
+        assert httpx.get(f"{service.url}{path}", headers=AUTH, timeout=5).status_code == 200
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert httpx.get(f"{service.url}{path}", timeout=5).status_code == 200
+
+
+def test_release_events_other_than_a_publication_are_answered_and_ignored(service: Service) -> None:
+    for action in ("created", "edited", "deleted", "prereleased", "unpublished"):
+        answer = service.signed({"action": action, "release": {"tag_name": "v2.10.0"}}, event="release")
+        assert answer.status_code == 200 and action in answer.json()["ignored"]
+    ping = service.signed({"zen": "Keep it logically awesome.", "hook_id": 1}, event="ping")
+    assert ping.status_code == 200 and "ping" in ping.json()["ignored"]
+    assert service.jobs() == []
+
+
+def test_a_failed_job_is_logged_at_error_level(service: Service) -> None:
+    job = service.wait_done(service.signed({"version": "v2.10.0"}).json()["id"])  # nothing seeded: fails
+    assert job["state"] == "failed"
+    lines = [json.loads(line) for line in service.log.read_text().splitlines() if line.startswith("{")]
+    failed = [line for line in lines if line.get("job") == job["id"] and line["msg"].startswith("job failed")]
+    assert failed and failed[0]["level"] == "error" and "tag not found" in failed[0]["msg"]
+
+
+def test_webhooks_disabled_are_said_so(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> None:
+    config = write_config(
+        tmp_path / "mirror.yaml",
+        source,
+        [target],
+        state_dir=str(tmp_path / "state"),
+        service={"api_token": API_TOKEN},
+    )
+    running = Service(config, free_port())
+    running.start()
+    try:
+        detail = httpx.get(f"{running.url}/readyz", timeout=5).json()["detail"]
+        assert detail["webhooks"].startswith("disabled")
+        assert running.signed({"version": "v2.10.0"}).status_code == 401
+    finally:
+        running.stop()
+    assert "webhooks disabled" in running.log.read_text()
 
 
 def test_a_job_accepted_before_a_crash_completes_after_restart(tmp_path: Path, target: LocalRegistry) -> None:

@@ -3,41 +3,14 @@ version filter (`>=2.7.0,<3`) and "newest N"."""
 
 from __future__ import annotations
 
-import re
-
 from mirror.reference import Repository
 from mirror.registry import RegistryClient
-from mirror.release import VersionError, normalise_version, version_key
-from mirror.settings import VERSION_PLACEHOLDER, DiscoverySettings, MirrorSettings
-
-_CLAUSE = re.compile(r"^(>=|<=|==|>|<|!=)?\s*(v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)$")
+from mirror.release import VersionError, matches, normalise_version, parse_filter, version_key
+from mirror.settings import VERSION_PLACEHOLDER, DiscoverySettings, ImageSettings, MirrorSettings
 
 
-def parse_filter(text: str) -> list[tuple[str, tuple[int, int, int, int, str]]]:
-    """`>=2.7.0,<3.0.0` -> [(">=", key), ("<", key)]; raises VersionError on anything else."""
-    clauses = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        match = _CLAUSE.match(part)
-        if not match:
-            raise VersionError(f"version filter clause {part!r}: expected e.g. >=2.7.0")
-        clauses.append((match[1] or "==", version_key(match[2])))
-    return clauses
-
-
-def matches(version: str, clauses: list[tuple[str, tuple[int, int, int, int, str]]]) -> bool:
-    key = version_key(version)
-    for op, bound in clauses:
-        ok = {
-            ">=": key >= bound,
-            "<=": key <= bound,
-            ">": key > bound,
-            "<": key < bound,
-            "==": key == bound,
-            "!=": key != bound,
-        }[op]
-        if not ok:
-            return False
-    return True
+class DiscoveryError(Exception):
+    """The source's releases could not be listed; the message is one line naming the image and the cause."""
 
 
 def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:
@@ -59,18 +32,29 @@ def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:
     return ordered[-discovery.newest :] if discovery.newest else ordered
 
 
+def release_images(settings: MirrorSettings) -> list[tuple[ImageSettings, Repository]]:
+    """The images whose tag follows the release, each with its source repository as the registry knows it."""
+    return [
+        (image, Repository.of(settings.source.registry, image.source))
+        for image in settings.images
+        if image.follows_release
+    ]
+
+
+def versions_in(image: ImageSettings, tags: list[str]) -> set[str]:
+    """The `{version}` part of each tag that fits the image's tag template."""
+    prefix, suffix = image.tag.split(VERSION_PLACEHOLDER, 1)
+    return {
+        tag[len(prefix) : len(tag) - len(suffix)]
+        for tag in tags
+        if tag.startswith(prefix) and tag.endswith(suffix) and len(tag) > len(prefix) + len(suffix)
+    }
+
+
 async def discover(settings: MirrorSettings, source: RegistryClient) -> list[str]:
     """Versions published for every image whose tag follows the release."""
     published: set[str] | None = None
-    for image in settings.images:
-        if not image.follows_release:
-            continue
-        prefix, suffix = image.tag.split(VERSION_PLACEHOLDER, 1)
-        tags = await source.list_tags(Repository.of(settings.source.registry, image.source).name)
-        found = {
-            tag[len(prefix) : len(tag) - len(suffix)]
-            for tag in tags
-            if tag.startswith(prefix) and tag.endswith(suffix) and len(tag) > len(prefix) + len(suffix)
-        }
+    for image, repository in release_images(settings):
+        found = versions_in(image, await source.list_tags(repository.name))
         published = found if published is None else published & found
     return select_versions(sorted(published or ()), settings.discovery)

@@ -1,18 +1,27 @@
-"""One sync per target at a time on this machine: an exclusive lock file per target repository prefix
-(registry + namespace), held for the whole run. A second run waits for it, up to `lock_timeout`."""
+"""One sync per target at a time: an exclusive lock per target repository prefix (registry + namespace),
+held for the whole run. A second run waits for it, up to `lock_timeout`.
+
+Where the lock lives:
+- with a PostgreSQL `database_url`: a session-level advisory lock in that database, shared by the CronJob,
+  every `mirror serve` replica and a `mirror sync` run by hand with the same config. The database releases
+  it when the holder's connection ends, a killed process included.
+- otherwise: a lock file (`flock`) under `lock_dir`, shared by every run on this machine.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import logging
 import os
 import re
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any, Protocol
 
 from mirror.engine.jobs import ReleaseJob
 from mirror.settings import MirrorSettings
@@ -25,43 +34,110 @@ class LockTimeout(Exception):
     pass
 
 
-def lock_path(settings: MirrorSettings, registry: str, namespace: str) -> Path:
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{registry}_{namespace}")
-    return (settings.lock_dir or Path(tempfile.gettempdir()) / "mirror-locks") / f"{name}.lock"
+def lock_name(registry: str, namespace: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{registry}_{namespace}")
+
+
+def lock_dir(settings: MirrorSettings) -> Path:
+    return settings.lock_dir or Path(tempfile.gettempdir()) / "mirror-locks"
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit key for pg_advisory_lock, derived from the lock's name."""
+    return int.from_bytes(hashlib.sha256(f"mirror-target:{name}".encode()).digest()[:8], "big", signed=True)
+
+
+def uses_database_locks(settings: MirrorSettings) -> bool:
+    return bool(settings.database_url and settings.database_url.startswith("postgresql"))
 
 
 @asynccontextmanager
 async def target_locks(settings: MirrorSettings, jobs: list[ReleaseJob], enabled: bool = True) -> AsyncIterator[None]:
-    paths = sorted({lock_path(settings, t.registry, t.namespace) for job in jobs for t in job.targets})
-    held: list[int] = []
-    try:
+    names = sorted({lock_name(t.registry, t.namespace) for job in jobs for t in job.targets})
+    async with AsyncExitStack() as held:
         if enabled:
-            for path in paths:  # always in the same order: two runs never wait on each other in a circle
-                held.append(await _acquire(path, settings.lock_timeout))
+            database = uses_database_locks(settings)
+            for name in names:  # always in the same order: two runs never wait on each other in a circle
+                lock: TargetLock = (
+                    AdvisoryLock(settings.database_url or "", name) if database else FileLock(lock_dir(settings) / name)
+                )
+                await held.enter_async_context(_waiting(lock, name, settings.lock_timeout))
         yield
-    finally:
-        for fd in held:
-            os.close(fd)  # closing the descriptor releases the lock
 
 
-async def _acquire(path: Path, wait_limit: float) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+@asynccontextmanager
+async def _waiting(attempts: TargetLock, name: str, wait_limit: float) -> AsyncIterator[None]:
+    """Try the lock until it is ours or `wait_limit` passes; release it on the way out."""
     started = time.monotonic()
     announced = False
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            return fd
-        except BlockingIOError:
+    try:
+        while not await attempts.try_acquire():
             if time.monotonic() - started >= wait_limit:
-                os.close(fd)
                 raise LockTimeout(
-                    f"another mirror sync holds {path} (lock_timeout {wait_limit:.0f} s passed)"
-                ) from None
+                    f"another mirror sync holds the lock on {name} ({attempts.where}; lock_timeout {wait_limit:.0f} s"
+                    " passed)"
+                )
             if not announced:
-                log.warning("waiting for another mirror sync of the same target (%s)", path)
+                log.warning("waiting for another mirror sync of the same target (%s, %s)", name, attempts.where)
                 announced = True
             await asyncio.sleep(POLL_SECONDS)
+        yield
+    finally:
+        await attempts.close()
+
+
+class TargetLock(Protocol):
+    where: str
+
+    async def try_acquire(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class FileLock:
+    def __init__(self, stem: Path) -> None:
+        path = stem.with_name(stem.name + ".lock")
+        self.where = f"lock file {path}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    async def try_acquire(self) -> bool:
+        assert self.fd is not None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+        return True
+
+    async def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = None
+
+
+class AdvisoryLock:
+    def __init__(self, url: str, name: str) -> None:
+        self.where = "PostgreSQL advisory lock"
+        self.url = url
+        self.key = advisory_key(name)
+        self.connection: Any = None
+
+    async def try_acquire(self) -> bool:
+        return await asyncio.to_thread(self._try)
+
+    def _try(self) -> bool:
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.pool import NullPool
+
+        if self.connection is None:  # one connection for the lock's whole life: the lock is the session's
+            self.connection = create_engine(self.url, poolclass=NullPool).connect()
+        got = self.connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}).scalar()
+        self.connection.commit()
+        return bool(got)
+
+    async def close(self) -> None:
+        if self.connection is not None:
+            connection, self.connection = self.connection, None
+            await asyncio.to_thread(connection.close)  # ending the session releases the lock

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from mirror import acr
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.copy import copy_to_target
-from mirror.engine.discover import discover
+from mirror.engine.discover import DiscoveryError, discover
 from mirror.engine.fanout import Spool
 from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
 from mirror.engine.lock import target_locks
@@ -291,10 +291,13 @@ async def sync(
 async def discover_and_sync(
     settings: MirrorSettings, options: SyncOptions, progress: Progress, shutdown: Shutdown | None = None
 ) -> list[ReleaseResult]:
-    """Find the releases the discovery filter selects at the source, then sync each of them."""
+    """Find the releases the discovery filter selects at the source, then sync each of them. A source that
+    cannot be listed raises DiscoveryError with one line, as a failed copy reports one line."""
     source = RegistryClient.open(settings.source.registry, settings)
     try:
         versions = await discover(settings, source)
+    except EXPECTED_FAILURES as exc:
+        raise DiscoveryError(f"discovery failed: {exc}") from None
     finally:
         await source.aclose()
     progress.event(f"discovered {len(versions)} release(s): {', '.join(versions) or 'none'}")

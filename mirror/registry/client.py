@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from mirror.oci import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest, ManifestError
-from mirror.reference import is_valid_digest
+from mirror.reference import api_host, is_valid_digest
 from mirror.registry.budget import PullBudget
 from mirror.registry.errors import RegistryError, RegistryUnreachable, raise_for_response
 from mirror.registry.ratelimit import RateLimit, read_rate_limit
@@ -75,7 +75,9 @@ class RegistryClient:
 
     @classmethod
     def open(cls, host: str, settings: MirrorSettings, anonymous: bool = False) -> RegistryClient:
-        """A client for `host`; `anonymous` ignores every credential source (to see what a node sees)."""
+        """A client for `host` (a name as configured: Docker Hub's aliases are sent to its API host);
+        `anonymous` ignores every credential source (to see what a node sees)."""
+        host = api_host(host)
         http = open_http_client(
             host, settings.registry(host), settings.transfer, settings.retry, settings.docker_config, anonymous
         )

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from mirror.service import logs
-from mirror.service.hooks import HookError, check_signature, check_token, ci_version, dockerhub_version
+from mirror.service.hooks import (
+    HookError,
+    HookIgnored,
+    check_bearer,
+    check_signature,
+    check_token,
+    ci_version,
+    dockerhub_version,
+)
 from mirror.service.metrics import Metrics
 from mirror.service.runner import JobRunner
 from mirror.service.scheduler import start_scheduler
@@ -79,6 +89,9 @@ async def ci_hook(request: Request) -> Response:
         version = ci_version(settings, body, request.headers.get("x-github-event"))
     except HookError as exc:
         return error(exc.status, str(exc))
+    except HookIgnored as exc:
+        log.info("webhook ignored: %s", exc)
+        return JSONResponse({"ignored": str(exc)}, status_code=200)
     return await accept(request, "ci", version, request.headers.get("x-github-delivery"))
 
 
@@ -93,15 +106,32 @@ async def dockerhub_hook(request: Request) -> Response:
     return await accept(request, "dockerhub", version, None)
 
 
+def authorised(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """The job API answers only requests that carry the configured bearer token."""
+
+    @functools.wraps(route)
+    async def checked(request: Request) -> Response:
+        try:
+            check_bearer(request.app.state.api_token, request.headers.get("authorization"))
+        except HookError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        return await route(request)
+
+    return checked
+
+
+@authorised
 async def get_job(request: Request) -> Response:
     job = await request.app.state.store.get(request.path_params["job_id"])
     return JSONResponse(job_view(job)) if job else error(404, "no such job")
 
 
+@authorised
 async def list_jobs(request: Request) -> Response:
     return JSONResponse({"jobs": [job_view(j) for j in await request.app.state.store.recent()]})
 
 
+@authorised
 async def job_values(request: Request) -> Response:
     job = await request.app.state.store.get(request.path_params["job_id"])
     if job is None:
@@ -133,7 +163,16 @@ async def readyz(request: Request) -> Response:
         "runner": state.runner.running,
         "scheduler": state.scheduler is None or state.scheduler.running,
     }
-    return JSONResponse(checks, status_code=200 if all(checks.values()) else 503)
+    detail = {"webhooks": webhook_status(state.settings), "schedule": state.settings.schedule or "off"}
+    return JSONResponse({**checks, "detail": detail}, status_code=200 if all(checks.values()) else 503)
+
+
+def webhook_status(settings: MirrorSettings) -> str:
+    if not settings.webhook.enabled:
+        return "disabled: neither webhook.secret(_file) nor webhook.dockerhub_token is configured"
+    hook = settings.webhook
+    kinds = [name for name, on in (("ci", hook.secret or hook.secret_file), ("dockerhub", hook.dockerhub_token)) if on]
+    return "enabled: " + ", ".join(kinds)
 
 
 async def metrics(request: Request) -> Response:
@@ -145,7 +184,11 @@ def create_app(settings: MirrorSettings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         app.state.settings = settings
+        app.state.api_token = settings.service.api_token_value()
         app.state.store = JobStore(settings.database_url or f"sqlite:///{settings.state_dir / 'mirror.db'}")
+        log.info("webhooks %s", webhook_status(settings))
+        if app.state.api_token is None:
+            log.warning("the job API is closed: no service.api_token configured")
         app.state.metrics = Metrics()
         app.state.runner = JobRunner(settings, app.state.store, app.state.metrics)
         app.state.runner.start()
@@ -163,7 +206,7 @@ def create_app(settings: MirrorSettings) -> Starlette:
             if app.state.scheduler is not None:
                 app.state.scheduler.shutdown(wait=False)
             await app.state.runner.stop(settings.shutdown_grace)
-            app.state.store.engine.dispose()
+            app.state.store.close()
             log.info("service stopped cleanly")
 
     routes = [
@@ -185,6 +228,15 @@ def serve(config: Path | None, host: str, port: int) -> int:
         settings = load_settings(config)
     except ConfigError as exc:
         log.error("%s", exc)
+        return 2
+    if not 0 < port < 65536:
+        log.error("--port %d: expected 1-65535", port)
+        return 2
+    try:  # a port that is taken or not ours to bind: one line, not uvicorn's traceback
+        with socket.create_server((host, port), reuse_port=False):
+            pass
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
         return 2
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
     return 0

@@ -7,9 +7,8 @@ import hmac
 import json
 from typing import Any
 
-from mirror.engine.discover import matches, parse_filter
 from mirror.reference import Repository
-from mirror.release import VersionError, normalise_version
+from mirror.release import VersionError, matches, normalise_version, parse_filter
 from mirror.settings import MirrorSettings
 
 
@@ -17,6 +16,10 @@ class HookError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class HookIgnored(Exception):
+    """A genuine delivery that asks for nothing (a ping, a release edited or deleted): answered, not queued."""
 
 
 def check_signature(secret: bytes | None, body: bytes, header: str | None) -> None:
@@ -33,6 +36,15 @@ def check_signature(secret: bytes | None, body: bytes, header: str | None) -> No
 def check_token(expected: str | None, given: str) -> None:
     if expected is None or not hmac.compare_digest(expected.encode(), given.encode()):
         raise HookError(401, "unknown webhook token")
+
+
+def check_bearer(expected: bytes | None, header: str | None) -> None:
+    """`Authorization: Bearer <service.api_token>`, compared in constant time. No token configured: refused."""
+    if expected is None:
+        raise HookError(401, "the job API needs service.api_token (or api_token_file) in the config")
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(expected, given.strip().encode()):
+        raise HookError(401, "missing or wrong bearer token")
 
 
 def _json(body: bytes) -> dict[str, Any]:
@@ -58,11 +70,17 @@ def accepted_version(settings: MirrorSettings, text: Any) -> str:
 
 
 def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
-    """`{"version": "v2.10.0"}`, or a GitHub `release` event (`release.tag_name`)."""
+    """`{"version": "v2.10.0"}`, or a GitHub `release` event (`release.tag_name`) whose action is `published`.
+    Other release actions and other GitHub events raise HookIgnored."""
     doc = _json(body)
     if event == "release" or "release" in doc:
+        action = doc.get("action", "published")
+        if action != "published":
+            raise HookIgnored(f"release {action}: only a published release is mirrored")
         release = doc.get("release")
         return accepted_version(settings, release.get("tag_name") if isinstance(release, dict) else None)
+    if event and "version" not in doc:
+        raise HookIgnored(f"event {event!r} asks for no release")
     return accepted_version(settings, doc.get("version"))
 
 

@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Any
 
+from mirror.engine.discover import DiscoveryError
 from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
@@ -15,19 +16,25 @@ from mirror.progress import Progress
 from mirror.report import ReleaseResult
 from mirror.service.logs import current_job
 from mirror.service.metrics import Metrics
-from mirror.service.store import FAILED, SUCCEEDED, JobStore
+from mirror.service.store import FAILED, SUCCEEDED, JobStore, new_owner_id
 from mirror.settings import MirrorSettings
 
 log = logging.getLogger("mirror.service")
 
 
 class JobRunner:
+    """Claims jobs from the shared store one at a time, holds each under a lease that a heartbeat renews,
+    and records the outcome. Several replicas may run one each over the same database."""
+
     def __init__(self, settings: MirrorSettings, store: JobStore, metrics: Metrics) -> None:
         self.settings = settings
         self.store = store
         self.metrics = metrics
+        self.owner = new_owner_id()
+        self.lease = settings.service.lease_seconds
         self.wake = asyncio.Event()
-        self.shutdown = Shutdown()
+        self.stopping = False
+        self.job_shutdown: Shutdown | None = None  # the running job's: SIGTERM or a lost lease stops it
         self.current: str | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -42,7 +49,9 @@ class JobRunner:
         """Start no new job; let the running one reach a safe point within `grace` seconds."""
         if self._task is None:
             return
-        self.shutdown.request(grace, "shutdown")
+        self.stopping = True
+        if self.job_shutdown is not None:
+            self.job_shutdown.request(grace, "shutdown")
         self.wake.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), grace + 5)
@@ -50,21 +59,31 @@ class JobRunner:
             self._task.cancel()
 
     async def _loop(self) -> None:
-        requeued = await self.store.requeue_interrupted()
-        if requeued:
-            log.warning("queued again %d job(s) interrupted by a restart", requeued)
-        while not self.shutdown.stopping:
-            job = await self.store.claim_next()
+        log.info("job runner %s: leases of %.0f s", self.owner, self.lease)
+        while not self.stopping:
+            job = await self.store.claim_next(self.owner, self.lease)
             if job is None:
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), 1.0)
+                    await asyncio.wait_for(self.wake.wait(), self.settings.service.poll_seconds)
                 continue
+            if job["attempts"] > 1:
+                log.warning("job %s: its lease expired under another replica; taking it over", job["id"])
             await self.run(job)
 
     async def run(self, job: dict[str, Any]) -> None:
         token = current_job.set(job["id"])
         self.current = job["id"]
+        shutdown = self.job_shutdown = Shutdown()
+        heartbeat = asyncio.create_task(self._heartbeat(job["id"], shutdown))
+        try:
+            await self._run(job, shutdown)
+        finally:
+            heartbeat.cancel()
+            self.current, self.job_shutdown = None, None
+            current_job.reset(token)
+
+    async def _run(self, job: dict[str, Any], shutdown: Shutdown) -> None:
         started = time.monotonic()
         results: list[ReleaseResult] = []
         error: str | None = None
@@ -72,21 +91,44 @@ class JobRunner:
             log.info("job started: %s", ", ".join(job["versions"]) if job["versions"] else "discovery")
             options = SyncOptions()
             if job["versions"] is None:
-                results = await discover_and_sync(self.settings, options, Progress(), self.shutdown)
+                results = await discover_and_sync(self.settings, options, Progress(), shutdown)
             else:
-                results = await sync(self.settings, job["versions"], options, Progress(), self.shutdown)
-        except (ValueError, LockTimeout) as exc:  # bad versions, config, a lock held too long
+                results = await sync(self.settings, job["versions"], options, Progress(), shutdown)
+        except (ValueError, LockTimeout, DiscoveryError) as exc:  # bad versions, a lock held too long, no tag list
             error = str(exc)
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")
             error = f"internal error: {type(exc).__name__}: {exc}"
+        if shutdown.stopping and not error:
+            if await self.store.release(job["id"], self.owner):
+                log.warning("job given back to the queue unfinished: this replica is shutting down")
+            return
         failures = [line for r in results for line in r.failures()]
-        if self.shutdown.stopping and not error:
-            error = "stopped by shutdown before the job finished"
         ok = not failures and not error
         error = error or ("; ".join(failures) if failures else None)
-        await self.store.finish(job["id"], SUCCEEDED if ok else FAILED, [r.to_json() for r in results], error)
+        recorded = await self.store.finish(
+            job["id"], self.owner, SUCCEEDED if ok else FAILED, [r.to_json() for r in results], error
+        )
+        if not recorded:
+            log.error("job finished after its lease was lost to another replica; its outcome was not recorded")
+            return
         self.metrics.observe(results, time.monotonic() - started, ok, time.time())
-        log.info("job %s", "succeeded" if ok else f"failed: {error}")
-        self.current = None
-        current_job.reset(token)
+        if ok:
+            log.info("job succeeded")
+        else:
+            log.error("job failed: %s", error)
+
+    async def _heartbeat(self, job_id: str, shutdown: Shutdown) -> None:
+        """Renew the lease at a third of its length. A lease found lost means another replica has the job:
+        stop this copy of it at the next safe point."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                held = await self.store.renew(job_id, self.owner, self.lease)
+            except Exception as exc:  # the database is away: keep working, try again next beat
+                log.warning("lease renewal failed: %s", exc)
+                continue
+            if not held:
+                log.error("lost the lease on job %s; stopping this copy of it", job_id)
+                shutdown.request(0, "lease lost")
+                return

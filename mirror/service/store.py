@@ -1,5 +1,12 @@
-"""The durable job queue: one table, SQLAlchemy Core, SQLite by default (any SQLAlchemy URL works, e.g.
-PostgreSQL). A job is written before the webhook is answered, so an accepted job survives a crash."""
+"""The durable job queue: one table in SQLAlchemy Core, shared by every replica of `mirror serve`.
+
+SQLite (the default, under `state_dir`) serves one replica. PostgreSQL serves several: a job is written
+before the webhook is answered, claimed atomically (`FOR UPDATE SKIP LOCKED`; a conditional update
+elsewhere), and held under a lease that its runner renews. A job whose lease expired (its replica died) is
+claimed again by whoever looks next; a live replica's job is never taken. At most one queued or running job
+per release is enforced by a partial unique index, not by a read-then-write. Times come from the database's
+clock, so replicas with skewed clocks agree on when a lease ends.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +16,35 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Column, Float, MetaData, String, Table, Text, create_engine, insert, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import (
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    func,
+    insert,
+    inspect,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import ColumnElement
 
 T = TypeVar("T")
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 ACTIVE = (QUEUED, RUNNING)
+DISCOVERY = "discover"  # the release key of a discovery job
+ENQUEUE_ATTEMPTS = 5
 
 metadata = MetaData()
 jobs = Table(
@@ -25,14 +53,24 @@ jobs = Table(
     Column("id", String(32), primary_key=True),
     Column("kind", String(16), nullable=False),  # ci | dockerhub | schedule
     Column("versions", Text),  # JSON list; NULL means "discover"
+    Column("release_key", String(200), nullable=False),  # the versions as JSON, or "discover"
     Column("delivery", String(200), unique=True),
     Column("state", String(16), nullable=False, index=True),
     Column("created_at", Float, nullable=False),
     Column("started_at", Float),
     Column("finished_at", Float),
+    Column("owner", String(100)),  # the replica holding the lease
+    Column("lease_expires_at", Float),
+    Column("attempts", Integer, nullable=False, server_default="0"),  # how many times it was claimed
     Column("result", Text),  # JSON: the releases' reports
     Column("error", Text),
 )
+_active = jobs.c.state.in_(ACTIVE)
+Index("jobs_one_active_per_release", jobs.c.release_key, unique=True, sqlite_where=_active, postgresql_where=_active)
+
+
+def release_key(versions: list[str] | None) -> str:
+    return json.dumps(versions) if versions is not None else DISCOVERY
 
 
 def _row(row: Any) -> dict[str, Any]:
@@ -42,48 +80,61 @@ def _row(row: Any) -> dict[str, Any]:
     return job
 
 
+def new_owner_id() -> str:
+    """A replica's name in the lease column: host, process and a random part (pids repeat across pods)."""
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
 class JobStore:
     def __init__(self, url: str) -> None:
-        options: dict[str, Any] = {}
-        if url.startswith("sqlite"):
-            options["connect_args"] = {"check_same_thread": False}
-        self.engine = create_engine(url, **options)
-        metadata.create_all(self.engine)
-        self._lock = threading.Lock()  # SQLite takes one writer at a time
+        self.engine: Engine = _engine(url)
+        self.postgres = self.engine.dialect.name == "postgresql"
+        _create_or_upgrade(self.engine)
+        # SQLite takes one writer at a time; PostgreSQL needs no lock in the process
+        self._lock: threading.Lock | None = None if self.postgres else threading.Lock()
+
+    def now(self) -> ColumnElement[float]:
+        """The database's clock in seconds since the epoch."""
+        if self.postgres:
+            return cast(ColumnElement[float], func.extract("epoch", func.clock_timestamp()))
+        return (func.julianday("now") - 2440587.5) * 86400.0
 
     async def _run(self, work: Callable[[Connection], T]) -> T:
         def in_transaction() -> T:
+            if self._lock is None:
+                with self.engine.begin() as connection:
+                    return work(connection)
             with self._lock, self.engine.begin() as connection:
                 return work(connection)
 
         return await asyncio.to_thread(in_transaction)
 
     async def enqueue(self, kind: str, versions: list[str] | None, delivery: str | None) -> tuple[dict[str, Any], bool]:
-        """The new job, or the one already there for this delivery or these versions; and whether it is new."""
-        encoded = json.dumps(versions) if versions is not None else None
-
-        def work(db: Connection) -> tuple[dict[str, Any], bool]:
-            if delivery is not None:
-                seen = db.execute(select(jobs).where(jobs.c.delivery == delivery)).first()
-                if seen is not None:
-                    return _row(seen), False
-            same = select(jobs).where(jobs.c.state.in_(ACTIVE))
-            same = same.where(jobs.c.versions == encoded) if encoded else same.where(jobs.c.versions.is_(None))
-            active = db.execute(same).first()
-            if active is not None:
-                return _row(active), False
+        """The new job, or the one already there for this delivery or this release; and whether it is new.
+        The database's unique constraints decide, so two replicas taking the same delivery make one job."""
+        key = release_key(versions)
+        for _ in range(ENQUEUE_ATTEMPTS):
             job = {
                 "id": uuid.uuid4().hex,
                 "kind": kind,
-                "versions": encoded,
+                "versions": json.dumps(versions) if versions is not None else None,
+                "release_key": key,
                 "delivery": delivery,
                 "state": QUEUED,
                 "created_at": time.time(),
+                "attempts": 0,
             }
-            db.execute(insert(jobs).values(**job))
-            return _row(db.execute(select(jobs).where(jobs.c.id == job["id"])).one()), True
-
-        return await self._run(work)
+            try:
+                return _row(await self._run(_inserter(job))), True
+            except IntegrityError:
+                existing = await self._run(lambda db: _existing(db, delivery, key))
+                if existing is not None:
+                    return _row(existing), False
+                # the active job of this release finished between our insert and our look: insert again
+        raise RuntimeError(f"could not queue a job for {key} after {ENQUEUE_ATTEMPTS} attempts")
 
     async def get(self, job_id: str) -> dict[str, Any] | None:
         row = await self._run(lambda db: db.execute(select(jobs).where(jobs.c.id == job_id)).first())
@@ -95,28 +146,55 @@ class JobStore:
         )
         return [_row(r) for r in rows]
 
-    async def claim_next(self) -> dict[str, Any] | None:
-        """The oldest queued job, marked running."""
+    def _claimable(self, now: ColumnElement[float]) -> ColumnElement[bool]:
+        expired = (jobs.c.state == RUNNING) & (jobs.c.lease_expires_at < now)
+        return or_(jobs.c.state == QUEUED, expired)
+
+    async def claim_next(self, owner: str, lease: float) -> dict[str, Any] | None:
+        """The oldest job that is queued or whose lease expired, now running under `owner`'s lease."""
 
         def work(db: Connection) -> dict[str, Any] | None:
-            row = db.execute(select(jobs).where(jobs.c.state == QUEUED).order_by(jobs.c.created_at).limit(1)).first()
-            if row is None:
-                return None
-            db.execute(update(jobs).where(jobs.c.id == row.id).values(state=RUNNING, started_at=time.time()))
-            return _row(db.execute(select(jobs).where(jobs.c.id == row.id)).one())
+            now = self.now()
+            candidate = select(jobs.c.id).where(self._claimable(now)).order_by(jobs.c.created_at).limit(1)
+            if self.postgres:
+                candidate = candidate.with_for_update(skip_locked=True)
+            claim = (
+                update(jobs)
+                .where(jobs.c.id == candidate.scalar_subquery(), self._claimable(now))
+                .values(
+                    state=RUNNING,
+                    owner=owner,
+                    lease_expires_at=now + lease,
+                    started_at=now,
+                    attempts=jobs.c.attempts + 1,
+                )
+                .returning(jobs)
+            )
+            row = db.execute(claim).first()
+            return _row(row) if row is not None else None
 
         return await self._run(work)
 
-    async def finish(self, job_id: str, state: str, result: Any, error: str | None) -> None:
-        values = {"state": state, "finished_at": time.time(), "result": json.dumps(result), "error": error}
-        await self._run(lambda db: db.execute(update(jobs).where(jobs.c.id == job_id).values(**values)))
+    async def renew(self, job_id: str, owner: str, lease: float) -> bool:
+        """Extend the lease; False when `owner` no longer holds it (it expired and another replica took it)."""
 
-    async def requeue_interrupted(self) -> int:
-        """Jobs left running by a process that died: queue them again."""
-        result = await self._run(
-            lambda db: db.execute(update(jobs).where(jobs.c.state == RUNNING).values(state=QUEUED, started_at=None))
-        )
-        return int(result.rowcount)
+        def work(db: Connection) -> bool:
+            held = (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
+            return bool(db.execute(update(jobs).where(held).values(lease_expires_at=self.now() + lease)).rowcount)
+
+        return await self._run(work)
+
+    async def finish(self, job_id: str, owner: str, state: str, result: Any, error: str | None) -> bool:
+        """Record the outcome; False (nothing written) when `owner` lost the lease meanwhile."""
+        values = {"state": state, "finished_at": time.time(), "result": json.dumps(result), "error": error}
+        held = (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
+        return await self._run(lambda db: bool(db.execute(update(jobs).where(held).values(**values)).rowcount))
+
+    async def release(self, job_id: str, owner: str) -> bool:
+        """Give an unfinished job back to the queue (a replica shutting down), for another replica to take."""
+        held = (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
+        values = {"state": QUEUED, "owner": None, "lease_expires_at": None}
+        return await self._run(lambda db: bool(db.execute(update(jobs).where(held).values(**values)).rowcount))
 
     async def writable(self) -> bool:
         try:
@@ -124,3 +202,47 @@ class JobStore:
         except Exception:
             return False
         return True
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _inserter(job: dict[str, Any]) -> Callable[[Connection], Any]:
+    return lambda db: db.execute(insert(jobs).values(**job).returning(jobs)).one()
+
+
+def _existing(db: Connection, delivery: str | None, key: str) -> Any:
+    if delivery is not None:
+        seen = db.execute(select(jobs).where(jobs.c.delivery == delivery)).first()
+        if seen is not None:
+            return seen
+    return db.execute(select(jobs).where(jobs.c.release_key == key, _active)).first()
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        return create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    return create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+
+
+_ADDED_COLUMNS = {
+    "release_key": "VARCHAR(200)",
+    "owner": "VARCHAR(100)",
+    "lease_expires_at": "FLOAT",
+    "attempts": "INTEGER NOT NULL DEFAULT 0",
+}
+
+
+def _create_or_upgrade(engine: Engine) -> None:
+    """Create the table, or add what an older mirror's table lacks. Safe for replicas starting together."""
+    with engine.begin() as db:
+        if db.dialect.name == "postgresql":  # replicas starting at once must not race on CREATE TABLE
+            db.execute(text("SELECT pg_advisory_xact_lock(727274)"))
+        present = {c["name"] for c in inspect(db).get_columns("jobs")} if inspect(db).has_table("jobs") else None
+        if present is not None:
+            for name, ddl in _ADDED_COLUMNS.items():
+                if name not in present:
+                    db.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {ddl}"))
+            if "release_key" not in present:
+                db.execute(update(jobs).values(release_key=func.coalesce(jobs.c.versions, DISCOVERY)))
+        metadata.create_all(db)
