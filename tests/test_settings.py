@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +108,131 @@ def test_bad_config_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.Captur
     del data["targets"][0]["registry"]
     assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, data))]) == 2
     assert "targets.0.registry: Field required" in capsys.readouterr().err
+
+
+# -- checked at load: every mistake is exit 2 with the key or the variable named ------------------------
+
+
+def with_changes(**changes: object) -> dict[str, object]:
+    data: dict[str, object] = yaml.safe_load(yaml.safe_dump(VALID))
+    data.update(changes)
+    return data
+
+
+LOAD_MISTAKES = [
+    (with_changes(schedule="61 * * * *"), "schedule", "minute field '61'"),
+    (with_changes(schedule="0 25 * * *"), "schedule", "hour field '25'"),
+    (with_changes(schedule="0 0 * * mon-funday"), "schedule", "day_of_week field"),
+    (with_changes(schedule="0 0 * *"), "schedule", "5 fields"),
+    (with_changes(discovery={"versions": ">=2.7"}), "discovery.versions", "'>=2.7'"),
+    (with_changes(discovery={"versions": "~2.7.0"}), "discovery.versions", "'~2.7.0'"),
+    (with_changes(webhook={"secret": ""}), "webhook.secret", "at least 16 bytes"),
+    (with_changes(webhook={"secret": "short"}), "webhook.secret", "at least 16 bytes"),
+    (with_changes(webhook={"dockerhub_token": "abc"}), "webhook.dockerhub_token", "at least 16 bytes"),
+    (with_changes(webhook={"secret_file": "/nonexistent/secret"}), "webhook.secret_file", "not a readable file"),
+    (with_changes(service={"api_token": "tiny"}), "service.api_token", "at least 16 bytes"),
+    (with_changes(service={"api_token_file": "/nonexistent/token"}), "service.api_token_file", "not a readable"),
+    (with_changes(database_url="mysql://x/y"), "database_url", "postgresql"),
+    (
+        with_changes(registries={"registry.cn-hangzhou.aliyuncs.com": {"password_env": "MIRROR_TEST_UNSET_PASSWORD"}}),
+        "registries.registry.cn-hangzhou.aliyuncs.com.password_env",
+        "MIRROR_TEST_UNSET_PASSWORD is not set",
+    ),
+    (
+        with_changes(registries={"r.example": {"password_env": "ACR.PASSWORD"}}),
+        "registries.r.example.password_env",
+        "not an environment variable name",
+    ),
+    (
+        with_changes(registries={"r.example": {"password": "x", "password_env": "X"}}),
+        "registries.r.example",
+        "not several",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "key", "detail"), LOAD_MISTAKES, ids=[m[1] + ":" + m[2] for m in LOAD_MISTAKES])
+def test_config_mistakes_are_caught_at_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, object], key: str, detail: str
+) -> None:
+    assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, data))]) == 2
+    err = capsys.readouterr().err
+    assert key in err and detail in err, err
+    assert "Traceback" not in err
+
+
+def test_a_secret_file_that_is_empty_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    secret = tmp_path / "webhook-secret"
+    secret.write_text("\n")
+    data = with_changes(webhook={"secret_file": str(secret)})
+    assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, data))]) == 2
+    assert "webhook.secret_file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("MIRROR_TRANSFER__BLOB_CONCURRENCY", "many", "transfer.blob_concurrency (set by the environment variable "),
+        ("MIRROR_SCHEDULE", "99 * * * *", "schedule (set by the environment variable MIRROR_SCHEDULE)"),
+        ("MIRROR_TARGETS", "[{not json", "MIRROR_TARGETS: not valid JSON"),
+        (
+            "MIRROR_WEBHOOK__SECRET",
+            "tiny-s3cret",
+            "webhook.secret (set by the environment variable MIRROR_WEBHOOK__SECRET)",
+        ),
+    ],
+)
+def test_a_bad_variable_is_blamed_on_the_variable(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    named: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, VALID))]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err, err
+    assert value not in err or variable != "MIRROR_WEBHOOK__SECRET"  # a secret is never echoed
+
+
+def test_password_env_reads_the_named_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACR_PASSWORD", "s3cret-from-env")
+    data = with_changes(
+        registries={"registry.cn-hangzhou.aliyuncs.com": {"username": "u", "password_env": "ACR_PASSWORD"}}
+    )
+    settings = load_settings(config_file(tmp_path, data))
+    assert settings.registry("registry.cn-hangzhou.aliyuncs.com").password_value() == "s3cret-from-env"
+    assert "s3cret" not in repr(settings)
+
+
+def serve(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "mirror", "serve", "--config", str(config), "--host", "127.0.0.1", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize(
+    ("changes", "args", "named"),
+    [
+        ({"schedule": "0 0 32 * *"}, ["--port", "0"], "day field '32'"),
+        ({"webhook": {"secret_file": "/nonexistent/secret"}}, ["--port", "0"], "webhook.secret_file"),
+        ({}, ["--port", "70000"], "--port 70000"),
+    ],
+)
+def test_serve_refuses_bad_config_and_ports_in_one_line(
+    tmp_path: Path, changes: dict[str, object], args: list[str], named: str
+) -> None:
+    done = serve(config_file(tmp_path, with_changes(**changes)), *args)
+    assert done.returncode == 2
+    assert named in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
+
+
+def test_serve_on_a_taken_port_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = serve(config_file(tmp_path, VALID), "--port", str(taken.getsockname()[1]))
+    assert done.returncode == 2
+    output = (done.stdout + done.stderr).strip().splitlines()
+    assert len(output) == 1 and "cannot listen on 127.0.0.1" in output[0], output
