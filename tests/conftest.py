@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from mirror.demo.localregistry import LocalRegistry, start_registry
+from tests.postgres import Postgres, start_postgres
 
 
 @pytest.fixture(autouse=True)
@@ -37,3 +38,16 @@ def acr_like(tmp_path: Path) -> Iterator[LocalRegistry]:
     registry = start_registry(tmp_path / "acr", image_manifests_only=True)
     yield registry
     registry.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database_url(postgres: Postgres) -> str:
+    """An empty database of its own for each test."""
+    return postgres.new_database()

@@ -52,6 +52,9 @@ def job_view(job: dict[str, Any]) -> dict[str, Any]:
         "created_at": job["created_at"],
         "started_at": job["started_at"],
         "finished_at": job["finished_at"],
+        "owner": job["owner"],  # the replica that holds (or last held) the job's lease
+        "lease_expires_at": job["lease_expires_at"],
+        "attempts": job["attempts"],
         "releases": releases,
         "values": [
             {"target": v["target"], "path": v["path"], "url": f"/jobs/{job['id']}/values/{v['target']}"} for v in values

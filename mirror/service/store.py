@@ -246,3 +246,5 @@ def _create_or_upgrade(engine: Engine) -> None:
             if "release_key" not in present:
                 db.execute(update(jobs).values(release_key=func.coalesce(jobs.c.versions, DISCOVERY)))
         metadata.create_all(db)
+        for index in jobs.indexes:  # create_all skips the indexes of a table that was already there
+            index.create(db, checkfirst=True)
