@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ class ValuesFile:
     rbac_path: Path | None = None
     pull_secret: str | None = None
     kubectl_command: str | None = None  # how to create the pull secret, when the values need one
+    text: str = field(default="", repr=False)  # what was written: the service keeps it with the job
 
 
 def require_nested_schema(version: str) -> None:
@@ -175,4 +176,5 @@ def write_values(
         directories[-1] / RBAC_FILE_NAME,
         pull_secret,
         kubectl,
+        text,
     )

@@ -20,8 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mirror.demo.localregistry import LocalRegistry, free_port
 from mirror.engine.discover import select_versions
+from mirror.oci import Manifest
 from mirror.settings import DiscoverySettings
-from tests.support import cdn_server, manifest_digest, write_config
+from tests.support import cdn_server, manifest_bytes, manifest_digest, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
 SECRET = "webhook-shared-secret-0123"
@@ -377,3 +378,17 @@ def test_sync_discover_mirrors_exactly_the_selected_releases(
         ("HEAD", "v2.9.0"),
     ]
     assert not [e for e in after if e.method == "GET" and "/blobs/" in e.path]
+
+
+def test_each_job_serves_the_values_of_its_own_release(service: Service, source: LocalRegistry) -> None:
+    seed_release(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.11.0", index))
+    older = service.wait_done(service.signed({"version": VERSION}).json()["id"])
+    newer = service.wait_done(service.signed({"version": "v2.11.0"}).json()["id"])
+    assert older["state"] == newer["state"] == "succeeded"
+    for job, version in ((older, VERSION), (newer, "v2.11.0")):
+        (entry,) = job["values"]
+        assert entry["version"] == version and "content" not in job["releases"][0]["values"][0]
+        text = httpx.get(f"{service.url}{entry['url']}", headers=AUTH, timeout=5).text
+        assert text.startswith(f"# HAMi {version} images"), text[:80]

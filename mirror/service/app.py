@@ -3,7 +3,6 @@ scheduler. Served by uvicorn (`mirror serve`)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -42,8 +41,7 @@ def error(status: int, message: str) -> JSONResponse:
 
 
 def job_view(job: dict[str, Any]) -> dict[str, Any]:
-    releases = job["result"] or []
-    values = [v for release in releases for v in release.get("values", [])]
+    releases = [{**r, "values": [_without_content(v) for v in r.get("values", [])]} for r in job["result"] or []]
     return {
         "id": job["id"],
         "kind": job["kind"],
@@ -57,10 +55,21 @@ def job_view(job: dict[str, Any]) -> dict[str, Any]:
         "attempts": job["attempts"],
         "releases": releases,
         "values": [
-            {"target": v["target"], "path": v["path"], "url": f"/jobs/{job['id']}/values/{v['target']}"} for v in values
+            {
+                "target": v["target"],
+                "version": release["version"],
+                "path": v["path"],
+                "url": f"/jobs/{job['id']}/values/{v['target']}",
+            }
+            for release in releases
+            for v in release.get("values", [])
         ],
         "error": job["error"],
     }
+
+
+def _without_content(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if key != "content"}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -136,22 +145,15 @@ async def list_jobs(request: Request) -> Response:
 
 @authorised
 async def job_values(request: Request) -> Response:
+    """The values file this job wrote for the target, from the job's own record."""
     job = await request.app.state.store.get(request.path_params["job_id"])
     if job is None:
         return error(404, "no such job")
-    for value in job_view(job)["values"]:
-        if value["target"] == request.path_params["target"]:
-            text = await asyncio.to_thread(_read_text, Path(value["path"]))
-            if text is not None:
-                return PlainTextResponse(text, media_type="application/yaml")
+    for release in job["result"] or []:
+        for values in release.get("values", []):
+            if values["target"] == request.path_params["target"] and values.get("content"):
+                return PlainTextResponse(values["content"], media_type="application/yaml")
     return error(404, "no values file for that target in this job")
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return None
 
 
 async def healthz(request: Request) -> Response:

@@ -22,6 +22,18 @@ from mirror.settings import MirrorSettings
 log = logging.getLogger("mirror.service")
 
 
+def job_record(results: list[ReleaseResult]) -> list[dict[str, Any]]:
+    """The reports as stored with the job, each values file's text included: any replica serves a job's own
+    values, whatever was written to disk since."""
+    records = []
+    for result in results:
+        record = result.to_json()
+        for entry, written in zip(record["values"], result.values, strict=True):
+            entry["content"] = written.text
+        records.append(record)
+    return records
+
+
 class JobRunner:
     """Claims jobs from the shared store one at a time, holds each under a lease that a heartbeat renews,
     and records the outcome. Several replicas may run one each over the same database."""
@@ -107,7 +119,7 @@ class JobRunner:
         ok = not failures and not error
         error = error or ("; ".join(failures) if failures else None)
         recorded = await self.store.finish(
-            job["id"], self.owner, SUCCEEDED if ok else FAILED, [r.to_json() for r in results], error
+            job["id"], self.owner, SUCCEEDED if ok else FAILED, job_record(results), error
         )
         if not recorded:
             log.error("job finished after its lease was lost to another replica; its outcome was not recorded")
