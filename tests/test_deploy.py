@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 import subprocess
 from pathlib import Path
@@ -16,7 +17,8 @@ from mirror.service.hooks import check_signature
 from mirror.settings import load_settings
 
 ROOT = Path(__file__).parents[1]
-DEPLOY = ROOT / "deploy"
+DEPLOY = ROOT / "deploy" / "base"
+OVERLAYS = ROOT / "deploy" / "overlays"
 KUBERNETES = "1.37.0"
 
 
@@ -74,6 +76,63 @@ def test_workloads_are_locked_down(kind: str) -> None:
     assert set(container["resources"]) == {"requests", "limits"}
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/tmp", "/var/lib/mirror", "/etc/mirror"} <= mounts  # the only writable paths are volumes
+
+
+def built(directory: Path) -> list[dict[str, Any]]:
+    """What `kubectl apply -k directory` would send: kustomize, as kubectl embeds it."""
+    output = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {doc["kind"]: doc for doc in docs}
+
+
+@pytest.mark.parametrize("directory", [ROOT / "deploy", OVERLAYS / "postgres"], ids=["deploy", "overlays/postgres"])
+def test_each_kustomization_builds_into_valid_manifests(directory: Path) -> None:
+    docs = built(directory)
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    assert {doc["metadata"].get("namespace") for doc in docs if doc["kind"] != "Namespace"} == {"mirror"}
+
+
+def test_the_postgres_overlay_runs_two_replicas_that_share_the_cronjobs_database() -> None:
+    docs = by_kind(built(OVERLAYS / "postgres"))
+    deployment = docs["Deployment"]["spec"]
+    assert deployment["replicas"] == 2 and deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert docs["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
+    assert docs["PodDisruptionBudget"]["spec"]["selector"] == deployment["selector"]
+    assert "PersistentVolumeClaim" not in docs  # nothing on disk: jobs, leases and values are in the database
+    pods = [deployment["template"]["spec"], docs["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]]
+    for pod in pods:
+        (container,) = pod["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["MIRROR_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "mirror-database", "key": "url"}
+        assert all("persistentVolumeClaim" not in volume for volume in pod["volumes"])
+    ports = {p["port"] for rule in docs["NetworkPolicy"]["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {53, 443, 5432}
+    database = next(d for d in built(OVERLAYS / "postgres") if d["metadata"]["name"] == "mirror-database")
+    assert "<" in database["stringData"]["url"]  # a placeholder, never a real value
+
+
+def test_the_cronjob_and_the_service_never_discover_at_the_same_minute() -> None:
+    from mirror.service.scheduler import cron_trigger
+
+    docs = by_kind(built(ROOT / "deploy"))
+    (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    service_cron = next(e["value"] for e in container["env"] if e["name"] == "MIRROR_SCHEDULE")
+    cronjob = cron_trigger(docs["CronJob"]["spec"]["schedule"])
+    service = cron_trigger(service_cron)
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    fires: list[set[datetime.datetime]] = []
+    for trigger in (cronjob, service):
+        times, moment = set(), start
+        while moment < start + datetime.timedelta(days=7):
+            moment = trigger.get_next_fire_time(None, moment + datetime.timedelta(seconds=1))
+            times.add(moment)
+        fires.append(times)
+    assert fires[0] and fires[1] and not fires[0] & fires[1]
 
 
 def test_the_service_is_probed_and_kept_to_one_replica() -> None:
