@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -123,7 +124,9 @@ class CdnServer:
 
 
 @contextmanager
-def cdn_server(root: Path, delay: float = 0.0) -> Iterator[CdnServer]:
+def cdn_server(
+    root: Path, delay: float = 0.0, address: tuple[str, int] = ("127.0.0.1", 0), tls: ssl.SSLContext | None = None
+) -> Iterator[CdnServer]:
     cdn = CdnServer(root, delay)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -159,7 +162,7 @@ def cdn_server(root: Path, delay: float = 0.0) -> Iterator[CdnServer]:
         def do_HEAD(self) -> None:
             self._serve(False)
 
-    with http_server(Handler) as server:
+    with http_server(Handler, address, tls) as server:
         cdn.server = server
         yield cdn
 
@@ -172,9 +175,16 @@ class _QuietServer(http.server.ThreadingHTTPServer):
 
 
 @contextmanager
-def http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[http.server.ThreadingHTTPServer]:
-    """Serve `handler` on a free loopback port from a background thread."""
-    server = _QuietServer(("127.0.0.1", 0), handler)
+def http_server(
+    handler: type[http.server.BaseHTTPRequestHandler],
+    address: tuple[str, int] = ("127.0.0.1", 0),
+    tls: ssl.SSLContext | None = None,
+) -> Iterator[http.server.ThreadingHTTPServer]:
+    """Serve `handler` from a background thread: on a free loopback port, or at `address`; over TLS when a
+    server context is given."""
+    server = _QuietServer(address, handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

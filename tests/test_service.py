@@ -18,6 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, free_port
 from mirror.engine.discover import select_versions
 from mirror.oci import Manifest
@@ -392,3 +393,16 @@ def test_each_job_serves_the_values_of_its_own_release(service: Service, source:
         assert entry["version"] == version and "content" not in job["releases"][0]["values"][0]
         text = httpx.get(f"{service.url}{entry['url']}", headers=AUTH, timeout=5).text
         assert text.startswith(f"# HAMi {version} images"), text[:80]
+
+
+def test_discovery_that_cannot_reach_the_source_is_one_line(
+    tmp_path: Path, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Gone:
+        host = f"127.0.0.1:{free_port()}"  # nothing listens here
+
+    config = write_config(tmp_path / "mirror.yaml", Gone(), [target], retry={"attempts": 1})
+    assert main(["sync", "--discover", "--config", str(config)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mirror: discovery failed: list tags "), err
+    assert "registry unreachable" in err[0]

@@ -12,6 +12,7 @@ import datetime
 import http.server
 import json
 import math
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
@@ -53,6 +54,7 @@ class TokenServer:
     requests: list[TokenRequest] = field(default_factory=list)
     issued: list[str] = field(default_factory=list)
     port: int = 0
+    public_url: str | None = None  # the realm as clients reach it (a real host name), else http://127.0.0.1:port
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -78,7 +80,7 @@ class TokenServer:
 
     @property
     def realm(self) -> str:
-        return f"http://127.0.0.1:{self.port}/token"
+        return self.public_url or f"http://127.0.0.1:{self.port}/token"
 
     def registry_auth(self, service: str) -> dict[str, Any]:
         """The `auth:` section for a docker-registry that trusts this server."""
@@ -106,6 +108,7 @@ class TokenServer:
     def issue(self, user: str | None, service: str, scopes: list[str], method: str) -> dict[str, Any]:
         granted = tuple(g for g in (self.grant(user, s) for s in scopes) if g is not None)
         self.requests.append(TokenRequest(user, service, frozenset(scopes), method, granted))
+
         now = math.ceil(time.time())  # JWT times are whole seconds: round up, never cut a token short
         claims = {
             "iss": ISSUER,
@@ -137,7 +140,9 @@ class TokenServer:
 
 
 @contextmanager
-def token_server(root: Path, **options: Any) -> Iterator[TokenServer]:
+def token_server(
+    root: Path, address: tuple[str, int] = ("127.0.0.1", 0), tls: ssl.SSLContext | None = None, **options: Any
+) -> Iterator[TokenServer]:
     server_state = TokenServer(root, **options)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -179,6 +184,6 @@ def token_server(root: Path, **options: Any) -> Iterator[TokenServer]:
             scopes = form.get("scope", [""])[0].split()
             self.reply(200, server_state.issue(user, form.get("service", [""])[0], scopes, "POST"))
 
-    with http_server(Handler) as server:
+    with http_server(Handler, address, tls) as server:
         server_state.port = server.server_address[1]
         yield server_state

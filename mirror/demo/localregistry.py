@@ -32,6 +32,16 @@ class AccessEntry:
     size: int = 0  # response body bytes
 
 
+def read_access_log(path: Path) -> list[AccessEntry]:
+    """The requests a `docker-registry` logged, in order."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return [
+        AccessEntry(m["method"], unquote(m["path"]), int(m["status"]), int(m["size"] or 0))
+        for line in text.splitlines()
+        if " - - [" in line and (m := _ACCESS.search(line))
+    ]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -49,19 +59,21 @@ def registry_binary() -> str:
 
 @dataclass
 class LocalRegistry:
-    """A running registry. `host` is `127.0.0.1:port`, spoken to over plain HTTP."""
+    """A running registry. `host` is `address:port`, spoken to over plain HTTP unless it serves TLS."""
 
     workdir: Path
     port: int
     process: subprocess.Popen[bytes]
+    address: str = "127.0.0.1"
+    tls: bool = False
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}"
+        return f"{'https' if self.tls else 'http'}://{self.host}"
 
     @property
     def storage(self) -> Path:
@@ -72,12 +84,7 @@ class LocalRegistry:
         return self.workdir / "registry.log"
 
     def access_log(self) -> list[AccessEntry]:
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return [
-            AccessEntry(m["method"], unquote(m["path"]), int(m["status"]), int(m["size"] or 0))
-            for line in text.splitlines()
-            if " - - [" in line and (m := _ACCESS.search(line))
-        ]
+        return read_access_log(self.log_path)
 
     def blob_path(self, digest: str) -> Path:
         hexpart = digest.removeprefix("sha256:")
@@ -101,18 +108,23 @@ def start_registry(
     htpasswd: Path | None = None,
     auth: dict[str, Any] | None = None,
     port: int | None = None,
+    address: str = "127.0.0.1",
+    tls: tuple[Path, Path] | None = None,
 ) -> LocalRegistry:
     """Start a registry. `image_manifests_only` refuses manifests whose config is not an image config, as
     ACR's personal edition does; `redirect_to` answers blob GET/HEAD with a 307 to that base URL, as Docker
-    Hub's CDN does; `htpasswd` turns on Basic auth; `auth` is a raw distribution auth section."""
+    Hub's CDN does; `htpasswd` turns on Basic auth; `auth` is a raw distribution auth section; `tls` is a
+    (certificate, key) pair to serve HTTPS with."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     config: dict[str, Any] = {
         "version": 0.1,
         "log": {"level": "error", "accesslog": {"disabled": False}},
         "storage": {"filesystem": {"rootdirectory": str(workdir / "data")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}"},
+        "http": {"addr": f"{address}:{port}"},
     }
+    if tls:
+        config["http"]["tls"] = {"certificate": str(tls[0]), "key": str(tls[1])}
     if image_manifests_only:
         config["policy"] = {"repository": {"classes": ["image"]}}
     if redirect_to:
@@ -126,7 +138,7 @@ def start_registry(
     log = (workdir / "registry.log").open("ab")
     process = subprocess.Popen([registry_binary(), "serve", str(config_path)], stdout=log, stderr=subprocess.STDOUT)
     log.close()
-    registry = LocalRegistry(workdir, port, process)
+    registry = LocalRegistry(workdir, port, process, address, tls is not None)
     _wait_ready(registry)
     return registry
 
@@ -137,7 +149,7 @@ def _wait_ready(registry: LocalRegistry, timeout: float = 15.0) -> None:
         if registry.process.poll() is not None:
             raise RuntimeError(f"docker-registry exited: {registry.log_path.read_text(errors='replace')[-2000:]}")
         try:
-            httpx.get(f"{registry.url}/v2/", timeout=1.0)
+            httpx.get(f"{registry.url}/v2/", timeout=1.0, verify=False)  # noqa: S501 - only: is it up?
             return
         except httpx.TransportError:
             time.sleep(0.05)

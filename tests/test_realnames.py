@@ -1,0 +1,157 @@
+"""The shipped config against registries at Docker Hub's and ACR's real host names (see tests/realnames.py):
+`docker.io` in the config must reach `registry-1.docker.io` for every request, tag lists included, and
+never Docker's web site."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mirror.demo.localregistry import AccessEntry, read_access_log
+from tests.realnames import ACR_SERVICE, ACR_USER, HUB_SERVICE
+
+ROOT = Path(__file__).parents[1]
+NAMESPACE = "hami-mirror"
+
+
+@dataclass
+class World:
+    directory: Path
+    process: subprocess.Popen[bytes]
+    ready: dict[str, Any]
+
+    def mirror(self, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """`mirror ARGS` inside the world's network and mount namespaces, trusting its CA."""
+        # change directory inside the mount namespace: a directory opened outside it is another mount there
+        command = ["nsenter", "--target", str(self.ready["pid"]), "--net", "--mount", "--"]
+        command += ["sh", "-c", 'cd "$0" && exec "$@"', str(cwd), sys.executable, "-m", "mirror", *args]
+        environment = {**os.environ, "SSL_CERT_FILE": self.ready["ca"], **(env or {})}
+        return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
+
+    def access_log(self, registry: str) -> list[AccessEntry]:
+        return read_access_log(self.directory / registry / "registry.log")
+
+    def stop(self) -> dict[str, Any]:
+        """Stop the world; what its servers saw."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+        return dict(json.loads((self.directory / "summary.json").read_text()))
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    directory = tmp_path / "world"
+    log = (tmp_path / "world.log").open("wb")
+    command = ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tests.realnames", str(directory)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    deadline = time.monotonic() + 60
+    while not (directory / "ready.json").exists():
+        assert process.poll() is None, (tmp_path / "world.log").read_text()
+        assert time.monotonic() < deadline, "the world did not start"
+        time.sleep(0.1)
+    time.sleep(0.05)  # the file is written in one call; let it land
+    running = World(directory, process, json.loads((directory / "ready.json").read_text()))
+    yield running
+    running.stop()
+
+
+def shipped_config(tmp_path: Path) -> Path:
+    """config/mirror.yaml as a user fills it in: the namespace and the account name, nothing else."""
+    text = (ROOT / "config" / "mirror.yaml").read_text()
+    assert text.count("my-namespace") == 1 and text.count("my-account") == 1
+    path = tmp_path / "mirror.yaml"
+    path.write_text(text.replace("my-namespace", NAMESPACE).replace("my-account", ACR_USER[0]))
+    return path
+
+
+def requests(entries: list[AccessEntry], method: str, contains: str) -> list[str]:
+    """Requests that were answered (a 401 challenge before the token is not counted)."""
+    return [e.path for e in entries if e.method == method and contains in e.path and e.status != 401]
+
+
+def test_the_shipped_config_syncs_a_release_from_docker_hub_to_acr(tmp_path: Path, world: World) -> None:
+    config = shipped_config(tmp_path)
+    done = world.mirror(
+        "sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env={"ACR_PASSWORD": ACR_USER[1]}
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True
+    sources = {image["name"]: image for image in report["images"]}
+    assert sources["hami"]["source"] == "registry-1.docker.io/projecthami/hami:v2.10.0"
+    assert sources["hami"]["source_digest"] == world.ready["digests"]["projecthami/hami"]
+    for image in report["images"]:
+        (target,) = image["targets"]
+        assert target["verified"] is True
+        assert target["reference"].startswith(f"registry.cn-hangzhou.aliyuncs.com/{NAMESPACE}/")
+    values = yaml.safe_load((tmp_path / "out" / "cn-hangzhou" / "hami-ack-values.yaml").read_text())
+    assert values["devicePlugin"]["image"] == {
+        "registry": "registry-vpc.cn-hangzhou.aliyuncs.com",
+        "repository": f"{NAMESPACE}/hami",
+    }
+    assert values["global"]["imagePullSecrets"]  # the repositories are private: nodes need the pull secret
+
+    hub, acr = world.access_log("hub"), world.access_log("acr")
+    summary = world.stop()
+    assert summary["website_hits"] == []  # nothing went to docker.io itself
+    assert summary["cdn_requests"] > 0 and summary["cdn_authorization"] == []  # blobs via the CDN, no credentials
+    assert {t["service"] for t in summary["hub_tokens"]} == {HUB_SERVICE}
+    assert {t["user"] for t in summary["hub_tokens"]} == {None}  # anonymous pulls from Docker Hub
+    assert {t["service"] for t in summary["acr_tokens"]} == {ACR_SERVICE}
+    assert ACR_USER[0] in {t["user"] for t in summary["acr_tokens"]}
+    assert requests(hub, "HEAD", "/v2/projecthami/hami/manifests/v2.10.0")
+    assert requests(acr, "PUT", f"/v2/{NAMESPACE}/hami/manifests/v2.10.0")
+    assert ACR_USER[1] not in done.stdout + done.stderr
+
+
+def test_the_shipped_config_discovers_releases_at_docker_hub(tmp_path: Path, world: World) -> None:
+    config = shipped_config(tmp_path)
+    env = {"ACR_PASSWORD": ACR_USER[1]}
+    done = world.mirror("sync", "--discover", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    # published: v2.5.0 (outside >=2.7.0), v2.9.0, v2.10.0, v2.11.0-rc.1 (a pre-release), latest
+    assert [release["version"] for release in json.loads(done.stdout)] == ["v2.9.0", "v2.10.0"]
+    again = world.mirror("sync", "--discover", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    hub, acr = world.access_log("hub"), world.access_log("acr")
+    summary = world.stop()
+    assert summary["website_hits"] == []
+    assert len(requests(hub, "GET", "/v2/projecthami/hami/tags/list")) == 2  # at the API host, once per run
+    for version in ("v2.9.0", "v2.10.0"):
+        assert len(requests(acr, "PUT", f"/v2/{NAMESPACE}/hami/manifests/{version}")) == 1  # the re-run copied nothing
+    assert not requests(acr, "PUT", "manifests/v2.5.0") and not requests(acr, "PUT", "rc.1")
+
+
+def test_the_aliases_reach_the_same_api_host(tmp_path: Path, world: World) -> None:
+    config = shipped_config(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["source"]["registry"] = "index.docker.io"
+    config.write_text(yaml.safe_dump(data))
+    env = {"ACR_PASSWORD": ACR_USER[1]}
+    done = world.mirror("sync", "--discover", "--config", str(config), "--dry-run", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert world.stop()["website_hits"] == []
+
+
+def test_a_wrong_password_is_one_line_per_image(tmp_path: Path, world: World) -> None:
+    config = shipped_config(tmp_path)
+    done = world.mirror(
+        "sync", "v2.10.0", "--config", str(config), cwd=tmp_path, env={"ACR_PASSWORD": "wrong-password"}
+    )
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("mirror: ")]
+    assert len(errors) == 2 and all("registry.cn-hangzhou.aliyuncs.com" in line for line in errors), done.stderr
+    assert "Traceback" not in done.stderr and "wrong-password" not in done.stderr
