@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from mirror.acr import vpc_host_for
-from mirror.settings import MirrorSettings, load_settings
+from mirror.settings import ConfigError, MirrorSettings, load_settings
 from mirror.values import build_values, render_values, write_values
 
 GOLDEN = Path(__file__).parent / "golden" / "hami-ack-values.seed.yaml"
@@ -80,8 +80,15 @@ def test_written_atomically_per_version_and_latest(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "t").iterdir() if p.name.startswith(".")] == []
 
 
-def test_default_config_file_loads() -> None:
+def test_default_config_file_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACR_PASSWORD", raising=False)
+    with pytest.raises(
+        ConfigError, match=r"registries\.registry\.cn-hangzhou\.aliyuncs\.com\.password_env: .*ACR_PASSWORD"
+    ):
+        load_settings(DEFAULT_CONFIG)  # the README's way to give the password: a variable the shell can export
+    monkeypatch.setenv("ACR_PASSWORD", "from-the-environment")
     settings = load_settings(DEFAULT_CONFIG)
+    assert settings.registry("registry.cn-hangzhou.aliyuncs.com").password_value() == "from-the-environment"
     assert [i.source for i in settings.images] == ["projecthami/hami", "liangjw/kube-webhook-certgen"]
     assert settings.images[0].tag_for("2.10.0") == "v2.10.0"
     assert settings.images[1].tag_for("2.10.0") == "v1.1.1"
