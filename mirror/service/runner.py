@@ -73,7 +73,11 @@ class JobRunner:
     async def _loop(self) -> None:
         log.info("job runner %s: leases of %.0f s", self.owner, self.lease)
         while not self.stopping:
-            job = await self.store.claim_next(self.owner, self.lease)
+            try:
+                job = await self.store.claim_next(self.owner, self.lease)
+            except Exception as exc:  # the database is away for a moment: keep the runner, try again
+                log.warning("could not look for work: %s", exc)
+                job = None
             if job is None:
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
