@@ -71,6 +71,7 @@ class ReleaseResult:
     dry_run: bool = False
     images: list[ImageResult] = field(default_factory=list)
     values: list[ValuesFile] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # values that could not be written, and why
     source_rate_limit: RateLimit | None = None
 
     def verified_targets(self, target_names: list[str]) -> list[str]:
@@ -101,7 +102,7 @@ class ReleaseResult:
                     lines.append(f"{self.version} {image.name} -> {target.target}: {target.error}")
                 elif not target.verified and not self.dry_run:
                     lines.append(f"{self.version} {image.name} -> {target.target}: not verified")
-        return lines
+        return lines + [f"{self.version}: {error}" for error in self.errors]
 
     @property
     def ok(self) -> bool:
@@ -121,8 +122,13 @@ class ReleaseResult:
                     "rbac": str(v.rbac_path) if v.rbac_path else None,
                     "pull_secret": v.pull_secret,
                     "kubectl": v.kubectl_command,
+                    "chart": v.chart,
+                    **({"chart_note": v.chart_note} if v.chart_note else {}),
+                    **({"proof": v.proof} if v.proof is not None else {}),
+                    **({"warnings": list(v.warnings)} if v.warnings else {}),
                 }
                 for v in self.values
             ],
+            **({"errors": self.errors} if self.errors else {}),
             "source_rate_limit": self.source_rate_limit.to_json() if self.source_rate_limit else None,
         }

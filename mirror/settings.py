@@ -145,11 +145,19 @@ class TargetSettings(_Model):
 
 
 class ImageSettings(_Model):
-    name: str
+    name: str  # the repository under each target's namespace
     source: str
+    registry: str | None = None  # where `source` lives; default: source.registry
     tag: str = VERSION_PLACEHOLDER
+    # the Helm values keys that point at this image; default: the chart's blocks for the same repository,
+    # or HAMi's own keys for its images
     values_keys: list[str] = Field(default_factory=list)
     platforms: list[str] | None = None  # overrides the target's platform filter for this image
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        return None if value is None else reference.validate_host(value)
 
     @field_validator("platforms")
     @classmethod
@@ -197,8 +205,11 @@ class ValuesSettings(_Model):
     file_name: str = "hami-ack-values.yaml"
     extra: dict[str, Any] = Field(default_factory=lambda: {"devicePlugin": {"nvidiaDriverRoot": "/"}})
     release: str = "hami"
-    chart: str = "hami-charts/hami"
+    chart: str = "hami-charts/hami"  # the chart in the printed `helm install` line when no `chart:` is set
     kube_namespace: str = "kube-system"
+    # an image of the release that the values would leave on the source registry: refuse to write the
+    # file (error), or write it with a warning naming each key (warn)
+    unmirrored: Literal["error", "warn"] = "error"
 
     @field_validator("file_name")
     @classmethod
@@ -218,12 +229,50 @@ class TransferSettings(_Model):
     read_timeout: float = Field(default=120.0, gt=0)
 
 
+class ChartSettings(_Model):
+    """The release's Helm chart: where it is published, and how it decides what to mirror."""
+
+    repository: str = "https://project-hami.github.io/HAMi"  # a classic Helm repository, or oci://host/path
+    name: str = "hami"
+    release_repository: str = "projecthami/hami"  # the image whose tags are release versions (webhooks)
+    kube_version: str = "1.32.0"  # the cluster's Kubernetes version: rendering, and kube-scheduler's tag
+    mirror_acr_images: bool = False  # also mirror images the chart already takes from ACR (kube-scheduler)
+    allowed_registries: list[str] = Field(default_factory=lambda: ["*.aliyuncs.com"])  # nodes pull as they are
+    publish: bool = True  # push the chart to each target as an OCI chart (else, or where refused: the .tgz)
+    renderer: Literal["auto", "sdk", "binary", "values"] = "auto"
+    max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        if not re.match(r"^(https?|oci)://[^/\s]+", value):
+            raise ValueError(f"{value!r}: expected https://host/path (a Helm repository) or oci://host/path")
+        return value.rstrip("/")
+
+    @field_validator("name")
+    @classmethod
+    def _chart_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"{value!r} is not a chart name")
+        return value
+
+    @field_validator("kube_version")
+    @classmethod
+    def _kube_version(cls, value: str) -> str:
+        if not re.match(r"^v?\d+\.\d+\.\d+$", value):
+            raise ValueError(f"{value!r}: expected a Kubernetes version like 1.32.0")
+        return value.removeprefix("v")
+
+
 class DiscoverySettings(_Model):
     """Which source releases `mirror sync --discover` and `mirror serve` mirror."""
 
     versions: str = ">=2.7.0"  # comma-separated clauses: >=, <=, >, <, ==, !=
     newest: int = Field(default=3, ge=0)  # keep the newest N of those (0: all)
     prereleases: bool = False
+    # where releases are found: the chart repository's published versions (a release exists when its chart
+    # does), the tags of the version-bearing images, or auto (the chart when one is configured)
+    source: Literal["auto", "chart", "tags"] = "auto"
 
     @field_validator("versions")
     @classmethod
@@ -328,7 +377,8 @@ class MirrorSettings(BaseSettings):
 
     source: SourceSettings = SourceSettings()
     targets: list[TargetSettings] = Field(min_length=1)
-    images: list[ImageSettings] = Field(min_length=1)
+    images: list[ImageSettings] = Field(default_factory=list)  # optional when a chart is configured
+    chart: ChartSettings | None = None
     output_dir: Path = Path("out")
     registries: dict[str, RegistrySettings] = Field(default_factory=dict)
     docker_config: Path | None = None  # a docker config.json or a mounted dockerconfigjson secret
@@ -379,6 +429,14 @@ class MirrorSettings(BaseSettings):
         for host in value:
             reference.validate_host(host)
         return value
+
+    @model_validator(mode="after")
+    def _something_to_mirror(self) -> MirrorSettings:
+        if not self.images and self.chart is None:
+            raise ValueError("images: name at least one image, or configure a chart: to take them from")
+        if self.discovery.source == "chart" and self.chart is None:
+            raise ValueError("discovery.source: chart needs a chart: section")
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> MirrorSettings:

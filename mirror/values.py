@@ -7,13 +7,14 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 from mirror.acr import vpc_host_for
+from mirror.chart.merge import deep_merge
 from mirror.release import VersionError, chart_version, version_key
-from mirror.settings import ImageSettings, MirrorSettings, TargetSettings, ValuesSettings
+from mirror.settings import MirrorSettings, TargetSettings, ValuesSettings
 
 RBAC_FILE_NAME = "hami-scheduler-dra-rbac.yaml"
 NESTED_SCHEMA_SINCE = (2, 7, 0)
@@ -28,6 +29,20 @@ class ValuesFile:
     pull_secret: str | None = None
     kubectl_command: str | None = None  # how to create the pull secret, when the values need one
     text: str = field(default="", repr=False)  # what was written: the service keeps it with the job
+    chart: str = ""  # what the `helm install` line installs: oci://..., the .tgz beside the values, a repo/name
+    chart_note: str | None = None  # where the chart is, when it is not what was asked (a refused push)
+    proof: dict[str, Any] | None = None  # the rendered chart's images and their verdicts
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChartInstall:
+    """What `helm install` should install: a reference (oci://..., repo/name), or a `.tgz` written beside
+    the values (file name and bytes), when the chart could not be published to the target."""
+
+    reference: str
+    archive: tuple[str, bytes] | None = None
+    note: str | None = None
 
 
 def require_nested_schema(version: str) -> None:
@@ -44,14 +59,26 @@ def pull_registry(target: TargetSettings) -> str:
     return target.vpc_registry or vpc_host_for(target.registry)
 
 
+class ValuesImage(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def values_keys(self) -> tuple[str, ...]: ...
+
+    @property
+    def values_tag(self) -> str | None: ...
+
+
 def build_values(
     target: TargetSettings,
-    images: Iterable[ImageSettings],
+    images: Iterable[ValuesImage],
     settings: ValuesSettings,
     pull_secret: str | None = None,
 ) -> dict[str, Any]:
-    """Set `registry` and `repository` on each image's keys one by one. global.imageRegistry is not used:
-    it would also move the kube-scheduler image, which already comes from an ACR mirror."""
+    """Set `registry` and `repository` on each image's keys one by one (and `tag`, where the chart would
+    compute another one). global.imageRegistry is not used: it would also move the kube-scheduler image,
+    which already comes from an ACR mirror."""
     values: dict[str, Any] = {}
     registry = pull_registry(target)
     for image in images:
@@ -60,9 +87,11 @@ def build_values(
             for part in key.split("."):
                 node = node.setdefault(part, {})
             node.update({"registry": registry, "repository": f"{target.namespace}/{image.name}"})
+            if image.values_tag:
+                node["tag"] = image.values_tag
     if pull_secret:  # global: per-image pullSecrets are not honoured for every image of the chart
         values["global"] = {"imagePullSecrets": [{"name": pull_secret}]}
-    return _deep_merge(values, settings.extra)
+    return deep_merge(values, settings.extra)
 
 
 def scheduler_service_account(release: str, chart_name: str = "hami") -> str:
@@ -113,35 +142,24 @@ def kubectl_secret_command(target: TargetSettings, settings: ValuesSettings, nam
     )
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def render_values(values: dict[str, Any], header: str) -> str:
     comment = "".join(f"# {line}\n" for line in header.splitlines())
     return comment + yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
 
 
-def helm_command(settings: ValuesSettings, version: str, path: Path) -> str:
-    return (
-        f"helm install {settings.release} {settings.chart} -n {settings.kube_namespace} "
-        f"--version {chart_version(version)} -f {path}"
-    )
+def helm_command(settings: ValuesSettings, version: str, chart: str, path: Path) -> str:
+    oci = chart.startswith("oci://")
+    version_flag = f" --version {chart_version(version)}" if oci or not chart.endswith(".tgz") else ""
+    return f"helm install {settings.release} {chart} -n {settings.kube_namespace}{version_flag} -f {path}"
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, content: str | bytes) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content.encode() if isinstance(content, str) else content)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -149,16 +167,23 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def write_values(
-    settings: MirrorSettings, target: TargetSettings, version: str, latest: bool, pull_secret: str | None = None
+    settings: MirrorSettings,
+    target: TargetSettings,
+    version: str,
+    latest: bool,
+    values: dict[str, Any],
+    install: ChartInstall,
+    pull_secret: str | None = None,
+    proof: dict[str, Any] | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> ValuesFile:
-    """Write the values and the DRA RBAC file to `<output_dir>/<target>/<version>/`, and to
-    `<output_dir>/<target>/` for the newest release of the run. The version was checked against
-    `require_nested_schema` when the jobs were built."""
-    values = build_values(target, settings.images, settings.values, pull_secret)
+    """Write the values, the DRA RBAC file (and the chart's .tgz when it goes beside them) to
+    `<output_dir>/<target>/<version>/`, and to `<output_dir>/<target>/` for the newest release of the run."""
     header = (
         f"HAMi {version} images mirrored to {target.registry}/{target.namespace} (target {target.name}),\n"
         f"pulled from {pull_registry(target)}. Written by mirror after verifying every image."
     )
+    header += "".join(f"\nWARNING: {warning}" for warning in warnings)
     text = render_values(values, header)
     rbac = dra_rbac(settings.values)
     directories = [settings.output_dir / target.name / version]
@@ -166,15 +191,22 @@ def write_values(
         directories.append(settings.output_dir / target.name)
     for directory in directories:
         write_atomically(directory / RBAC_FILE_NAME, rbac)
+        if install.archive is not None:
+            write_atomically(directory / install.archive[0], install.archive[1])
         write_atomically(directory / settings.values.file_name, text)
     path = directories[-1] / settings.values.file_name
+    chart = str(directories[-1] / install.archive[0]) if install.archive else install.reference
     kubectl = kubectl_secret_command(target, settings.values, pull_secret) if pull_secret else None
     return ValuesFile(
         target.name,
         path,
-        helm_command(settings.values, version, path),
+        helm_command(settings.values, version, chart, path),
         directories[-1] / RBAC_FILE_NAME,
         pull_secret,
         kubectl,
         text,
+        chart,
+        install.note,
+        proof,
+        warnings,
     )

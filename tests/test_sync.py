@@ -79,6 +79,7 @@ def test_copies_index_with_attestations_and_manifest_list_byte_for_byte(
             "rbac": str(tmp_path / "out" / "t0" / "hami-scheduler-dra-rbac.yaml"),
             "pull_secret": None,  # the test registry lets anyone pull
             "kubectl": None,
+            "chart": "hami-charts/hami",  # no chart: configured: the repository name of the guide
         }
     ]
     assert all(t["anonymous_pull"] is True for i in report["images"] for t in i["targets"])

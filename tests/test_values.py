@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from mirror.acr import vpc_host_for
+from mirror.engine.jobs import ReleaseImage, release_images
 from mirror.settings import ConfigError, MirrorSettings, load_settings
-from mirror.values import build_values, render_values, write_values
+from mirror.values import ChartInstall, build_values, render_values, write_values
 
 GOLDEN = Path(__file__).parent / "golden" / "hami-ack-values.seed.yaml"
 DEFAULT_CONFIG = Path(__file__).parents[1] / "config" / "mirror.yaml"
@@ -23,13 +24,19 @@ def seed_values(region: str, namespace: str) -> object:
 def settings_for(registry: str, namespace: str = "my-ns", **target: str) -> MirrorSettings:
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
     data["targets"] = [{"name": "t", "registry": registry, "namespace": namespace, **target}]
+    data["registries"] = {}
+    data.pop("chart", None)
     return MirrorSettings(**data)
+
+
+def images_of(settings: MirrorSettings, version: str = "v2.10.0") -> list[ReleaseImage]:
+    return [planned.image for planned in release_images(settings, version, None)[0]]
 
 
 @pytest.mark.parametrize("region", ["hangzhou", "beijing", "shenzhen"])
 def test_default_config_renders_the_seed_example(region: str) -> None:
     settings = settings_for(f"registry.cn-{region}.aliyuncs.com")
-    values = build_values(settings.targets[0], settings.images, settings.values)
+    values = build_values(settings.targets[0], images_of(settings), settings.values)
     assert values == seed_values(region, "my-ns")
     assert yaml.safe_load(render_values(values, "header\nline two")) == values
 
@@ -56,21 +63,23 @@ def test_default_config_renders_the_seed_example(region: str) -> None:
 def test_vpc_host_for_every_endpoint_form(public: str, vpc: str) -> None:
     assert vpc_host_for(public) == vpc
     settings = settings_for(public)
-    values = build_values(settings.targets[0], settings.images, settings.values)
+    values = build_values(settings.targets[0], images_of(settings), settings.values)
     assert values["devicePlugin"]["image"]["registry"] == vpc
     assert values["scheduler"]["patch"]["imageNew"] == {"registry": vpc, "repository": "my-ns/kube-webhook-certgen"}
 
 
 def test_explicit_vpc_registry_wins() -> None:
     settings = settings_for("registry.cn-hangzhou.aliyuncs.com", vpc_registry="mirror.internal:5000")
-    values = build_values(settings.targets[0], settings.images, settings.values)
+    values = build_values(settings.targets[0], images_of(settings), settings.values)
     assert values["scheduler"]["extender"]["image"]["registry"] == "mirror.internal:5000"
 
 
 def test_written_atomically_per_version_and_latest(tmp_path: Path) -> None:
     settings = settings_for("registry.cn-hangzhou.aliyuncs.com").model_copy(update={"output_dir": tmp_path})
-    older = write_values(settings, settings.targets[0], "v2.9.0", latest=False)
-    newest = write_values(settings, settings.targets[0], "v2.10.0", latest=True)
+    values = build_values(settings.targets[0], images_of(settings), settings.values)
+    install = ChartInstall(settings.values.chart)
+    older = write_values(settings, settings.targets[0], "v2.9.0", False, values, install)
+    newest = write_values(settings, settings.targets[0], "v2.10.0", True, values, install)
     assert older.path == tmp_path / "t" / "v2.9.0" / "hami-ack-values.yaml"
     assert newest.path == tmp_path / "t" / "hami-ack-values.yaml"
     assert (tmp_path / "t" / "v2.10.0" / "hami-ack-values.yaml").read_text() == newest.path.read_text()
@@ -92,3 +101,26 @@ def test_default_config_file_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [i.source for i in settings.images] == ["projecthami/hami", "liangjw/kube-webhook-certgen"]
     assert settings.images[0].tag_for("2.10.0") == "v2.10.0"
     assert settings.images[1].tag_for("2.10.0") == "v1.1.1"
+
+
+def with_images(*images: dict[str, str]) -> MirrorSettings:
+    target = {"name": "t", "registry": "registry.cn-hangzhou.aliyuncs.com", "namespace": "my-ns"}
+    return MirrorSettings.model_validate({"targets": [target], "images": list(images)})
+
+
+def test_hamis_own_keys_are_built_in_when_the_config_names_none() -> None:
+    settings = with_images(
+        {"name": "hami", "source": "projecthami/hami"},
+        {"name": "kube-webhook-certgen", "source": "liangjw/kube-webhook-certgen", "tag": "v1.1.1"},
+    )
+    planned, unmirrored = release_images(settings, "v2.10.0", None)
+    assert unmirrored == []
+    values = build_values(settings.targets[0], [p.image for p in planned], settings.values)
+    assert values == seed_values("hangzhou", "my-ns")
+
+
+def test_an_image_of_the_release_left_on_docker_hub_is_named() -> None:
+    _, unmirrored = release_images(with_images({"name": "hami", "source": "projecthami/hami"}), "v2.10.0", None)
+    assert [(b.key, b.reference) for b in unmirrored] == [
+        ("scheduler.patch.imageNew", "docker.io/liangjw/kube-webhook-certgen:v1.1.1")
+    ]

@@ -3,6 +3,8 @@ version filter (`>=2.7.0,<3`) and "newest N"."""
 
 from __future__ import annotations
 
+from mirror.chart.source import published_versions
+from mirror.engine.charts import chart_location, fetch_limits
 from mirror.reference import Repository
 from mirror.registry import RegistryClient
 from mirror.release import VersionError, matches, normalise_version, parse_filter, version_key
@@ -33,12 +35,26 @@ def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:
 
 
 def release_images(settings: MirrorSettings) -> list[tuple[ImageSettings, Repository]]:
-    """The images whose tag follows the release, each with its source repository as the registry knows it."""
-    return [
-        (image, Repository.of(settings.source.registry, image.source))
-        for image in settings.images
-        if image.follows_release
-    ]
+    """The images whose tag follows the release, each with its source repository as the registry knows it;
+    with only a chart configured, the chart's release image."""
+    images = [i for i in settings.images if i.follows_release]
+    if not images and settings.chart is not None:
+        images = [ImageSettings(name="release", source=settings.chart.release_repository)]
+    return [(image, Repository.of(image.registry or settings.source.registry, image.source)) for image in images]
+
+
+def from_chart(settings: MirrorSettings) -> bool:
+    source = settings.discovery.source
+    return source == "chart" or (source == "auto" and settings.chart is not None)
+
+
+def discovery_host(settings: MirrorSettings) -> str:
+    """The registry discovery talks to: the OCI chart's host, or the source registry."""
+    if from_chart(settings):
+        location = chart_location(settings)
+        if location.is_oci:
+            return location.oci_parts()[0]
+    return settings.source.registry
 
 
 def versions_in(image: ImageSettings, tags: list[str]) -> set[str]:
@@ -52,7 +68,17 @@ def versions_in(image: ImageSettings, tags: list[str]) -> set[str]:
 
 
 async def discover(settings: MirrorSettings, source: RegistryClient) -> list[str]:
-    """Versions published for every image whose tag follows the release."""
+    """Versions published in the chart repository (a release exists when its chart does), or published for
+    every image whose tag follows the release."""
+    if from_chart(settings):
+        charts = await published_versions(chart_location(settings), fetch_limits(settings), source)
+        releases = []
+        for version in charts:
+            try:
+                releases.append(normalise_version(version))
+            except VersionError:
+                continue  # not a release version (e.g. build metadata Helm allows)
+        return select_versions(releases, settings.discovery)
     published: set[str] | None = None
     for image, repository in release_images(settings):
         found = versions_in(image, await source.list_tags(repository.name))

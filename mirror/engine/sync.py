@@ -10,11 +10,14 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from mirror import acr
+from mirror.chart.archive import ChartError
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
+from mirror.engine.charts import fetch_release_charts
 from mirror.engine.copy import copy_to_target
-from mirror.engine.discover import DiscoveryError, discover
+from mirror.engine.deliver import Delivery, deliver
+from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.fanout import Spool
-from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, registry_hosts
+from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, check_versions, registry_hosts
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
@@ -24,6 +27,7 @@ from mirror.engine.upload import BlobOrigin, RegistryOrigin
 from mirror.engine.verify import Verification, verify_copy
 from mirror.oci import Descriptor, ManifestError
 from mirror.progress import Progress
+from mirror.reference import api_host
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 from mirror.registry.budget import BudgetExhausted
 from mirror.registry.credentials import CredentialError
@@ -32,7 +36,6 @@ from mirror.registry.retry import RetryPolicy
 from mirror.release import version_key
 from mirror.report import ImageResult, ReleaseResult, TargetResult
 from mirror.settings import MirrorSettings
-from mirror.values import write_values
 
 # Failures that end one image's copy with a one-line reason; anything else is a bug and propagates.
 EXPECTED_FAILURES = (
@@ -128,9 +131,17 @@ class Syncer:
         if not self.options.dry_run:
             for name in result.verified_targets([t.name for t in job.targets]):
                 target = self.settings.target(name)
-                values = write_values(self.settings, target, job.version, latest, result.pull_secret_for(target))
-                result.values.append(values)
-                self.progress.event(f"{job.version} -> {name}: wrote {values.path}")
+                client = self.clients[api_host(target.registry)]
+                try:
+                    delivery = await deliver(self.settings, job, target, result, client, latest)
+                except (*EXPECTED_FAILURES, ChartError) as exc:
+                    delivery = Delivery(None, f"values for {name} not written: {exc}")
+                if delivery.values is None:
+                    result.errors.append(delivery.error or f"values for {name} not written")
+                    self.progress.event(f"{job.version} -> {name}: {delivery.error}")
+                    continue
+                result.values.append(delivery.values)
+                self.progress.event(f"{job.version} -> {name}: wrote {delivery.values.path}")
         return result
 
     async def run_image(self, job: ImageJob) -> ImageResult:
@@ -175,6 +186,7 @@ class Syncer:
             expected = await self._expected_digest(client, repository, current.digest, resolved.digest)
             if current.digest == expected and self.options.trust_matching_tags:
                 result.action, result.digest, result.verified = "up-to-date", expected, True
+                await self._check_pullable(ref, job.tag, result)  # the values' pull secret depends on it
                 return
             if current.digest == expected:
                 check = await self._verify(client, repository, job.tag, expected)
@@ -193,7 +205,7 @@ class Syncer:
                 )
                 return
         source_tree = await asyncio.shield(self.source_tree(job, resolved.digest))
-        platforms = job.image.platforms or ref.target.platforms
+        platforms = list(job.image.platforms or ref.target.platforms or []) or None
         tree, dropped = apply_policy(source_tree, ref.target.attestations, platforms)
         blobs = self._blobs[ref.repository.registry]
         plan = await plan_target(ref, tree, blobs, client, source_tree.root if dropped else None, dropped)
@@ -277,8 +289,10 @@ async def sync(
     progress: Progress,
     shutdown: Shutdown | None = None,
 ) -> list[ReleaseResult]:
-    """Validate the request, take the targets' locks, open one client per registry host, run, close."""
-    jobs = build_release_jobs(settings, versions, list(options.target_names) or None)
+    """Validate the request, fetch the releases' charts, take the targets' locks, open one client per
+    registry host, run, close."""
+    charts = await fetch_release_charts(settings, check_versions(settings, versions))
+    jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
     clients = {host: RegistryClient.open(host, settings) for host in registry_hosts(jobs)}
     try:
         async with target_locks(settings, jobs, enabled=not options.dry_run):
@@ -293,10 +307,10 @@ async def discover_and_sync(
 ) -> list[ReleaseResult]:
     """Find the releases the discovery filter selects at the source, then sync each of them. A source that
     cannot be listed raises DiscoveryError with one line, as a failed copy reports one line."""
-    source = RegistryClient.open(settings.source.registry, settings)
+    source = RegistryClient.open(discovery_host(settings), settings)
     try:
         versions = await discover(settings, source)
-    except EXPECTED_FAILURES as exc:
+    except (*EXPECTED_FAILURES, ChartError) as exc:
         raise DiscoveryError(f"discovery failed: {exc}") from None
     finally:
         await source.aclose()

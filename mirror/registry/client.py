@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 
-from mirror.oci import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest, ManifestError
+from mirror.oci import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest, ManifestError, sha256_digest
 from mirror.reference import api_host, is_valid_digest
 from mirror.registry.budget import PullBudget
-from mirror.registry.errors import RegistryError, RegistryUnreachable, raise_for_response
+from mirror.registry.errors import IntegrityError, RegistryError, RegistryUnreachable, raise_for_response
 from mirror.registry.ratelimit import RateLimit, read_rate_limit
 from mirror.registry.transport import open_http_client
 from mirror.settings import MirrorSettings
@@ -204,6 +204,20 @@ class RegistryClient:
                 yield BlobBody(response.aiter_bytes(self.chunk_size), served_from)
         except httpx.TransportError as exc:
             raise RegistryUnreachable("fetch blob", where, exc) from exc
+
+    async def read_blob(self, repository: str, descriptor: Descriptor) -> bytes:
+        """A small blob's bytes (a chart, a config), read up to its descriptor's size and checked against its
+        digest."""
+        where = self.where(repository, descriptor.digest)
+        data = bytearray()
+        async with self.open_blob(repository, descriptor.digest) as body:
+            async for chunk in body.chunks:
+                data += chunk
+                if len(data) > descriptor.size:
+                    raise IntegrityError(f"{where}: more than the {descriptor.size} bytes its descriptor says")
+        if len(data) != descriptor.size or sha256_digest(bytes(data)) != descriptor.digest:
+            raise IntegrityError(f"{where}: {len(data)} bytes that do not hash to the digest")
+        return bytes(data)
 
     async def start_upload(
         self, repository: str, mount_digest: str | None = None, mount_from: str | None = None

@@ -1,0 +1,131 @@
+"""Render a chart with given values and list the images its workloads would pull. Real Helm is the ground
+truth: Helm's Go SDK through `helm-python-sdk` (the `helm` extra), else a `helm` binary on PATH, else the
+chart's values.yaml alone (`images.py`'s rules), and the result says which was used. Synchronous (Helm runs
+in-process or as a subprocess): callers run it in a thread."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from mirror.chart.archive import ChartArchive, ChartError
+from mirror.chart.images import image_blocks
+from mirror.chart.merge import deep_merge
+
+Renderer = Literal["auto", "sdk", "binary", "values"]
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+HELM_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedImage:
+    reference: str  # as the manifest gives it, e.g. registry-vpc.cn-hangzhou.aliyuncs.com/ns/hami:v2.10.0
+    source: str  # the template (or values key) it came from
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    renderer: str  # what rendered it, for the report
+    images: tuple[RenderedImage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RenderRequest:
+    release: str
+    namespace: str
+    kube_version: str
+
+
+def render_images(
+    archive: ChartArchive, values: dict[str, Any], request: RenderRequest, prefer: Renderer = "auto"
+) -> Rendering:
+    if prefer in ("auto", "sdk") and _sdk_available():
+        return _render_sdk(archive, values, request)
+    if prefer == "sdk":
+        raise ChartError("renderer 'sdk' asked for, but helm-python-sdk is not installed (pip install 'mirror[helm]')")
+    helm = shutil.which("helm")
+    if prefer in ("auto", "binary") and helm:
+        return _render_binary(helm, archive, values, request)
+    if prefer == "binary":
+        raise ChartError("renderer 'binary' asked for, but there is no helm on PATH")
+    return _render_values(archive, values, request)
+
+
+def _sdk_available() -> bool:
+    try:
+        import helm_python  # noqa: F401
+    except (ImportError, OSError):  # OSError: the native library does not load on this platform
+        return False
+    return True
+
+
+def _render_sdk(archive: ChartArchive, values: dict[str, Any], request: RenderRequest) -> Rendering:
+    import helm_python
+    from helm_python import _native
+
+    options = {
+        "name": request.release,
+        "namespace": request.namespace,
+        "is_install": True,
+        # Chart.render() does not expose it; the library's render options take it (as `helm template
+        # --kube-version` does), so .Capabilities.KubeVersion is the cluster's
+        "kube_version": "v" + request.kube_version.removeprefix("v"),
+    }
+    try:
+        with helm_python.Chart.load_archive(archive.raw) as chart:
+            payload = _native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(options))
+    except helm_python.HelmError as exc:
+        raise ChartError(f"chart {archive.name} {archive.version}: Helm could not render it: {exc}") from None
+    manifests: dict[str, str] = json.loads(payload)
+    return Rendering(f"Helm {helm_python.helm_sdk_version()} (helm-python-sdk)", tuple(_images(manifests)))
+
+
+def _render_binary(helm: str, archive: ChartArchive, values: dict[str, Any], request: RenderRequest) -> Rendering:
+    with tempfile.TemporaryDirectory(prefix="mirror-render-") as scratch:
+        chart, values_file = Path(scratch) / "chart.tgz", Path(scratch) / "values.yaml"
+        chart.write_bytes(archive.raw)
+        values_file.write_text(yaml.safe_dump(values), encoding="utf-8")
+        command = [helm, "template", request.release, str(chart), "--namespace", request.namespace]
+        command += ["--kube-version", request.kube_version, "--values", str(values_file)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=HELM_TIMEOUT, check=False)
+    if done.returncode != 0:
+        raise ChartError(f"chart {archive.name} {archive.version}: helm template failed: {done.stderr.strip()[:500]}")
+    return Rendering(f"helm binary ({helm})", tuple(_images({"helm template": done.stdout})))
+
+
+def _render_values(archive: ChartArchive, values: dict[str, Any], request: RenderRequest) -> Rendering:
+    merged = deep_merge(archive.values(), values)
+    blocks = image_blocks(merged, request.kube_version)
+    images = tuple(RenderedImage(block.reference, f"values.yaml {block.key}") for block in blocks)
+    return Rendering("values.yaml only (no Helm available: every image block counts, used or not)", images)
+
+
+def _images(manifests: dict[str, str]) -> Iterator[RenderedImage]:
+    for template, text in manifests.items():
+        if not template.endswith((".yaml", ".yml", "helm template")):
+            continue  # NOTES.txt and other text
+        for document in yaml.safe_load_all(text):
+            for reference in _container_images(document):
+                yield RenderedImage(reference, template)
+
+
+def _container_images(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, child in node.items():
+            if key in CONTAINER_LISTS and isinstance(child, list):
+                for container in child:
+                    if isinstance(container, dict) and isinstance(container.get("image"), str):
+                        yield container["image"]
+            else:
+                yield from _container_images(child)
+    elif isinstance(node, list):
+        for child in node:
+            yield from _container_images(child)
