@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from mirror import __version__
+from mirror.chart.archive import ChartError
 from mirror.engine.discover import DiscoveryError
 from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, VersionError, ReferenceError) as exc:
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (LockTimeout, DiscoveryError) as exc:
+    except (LockTimeout, DiscoveryError, ChartError) as exc:  # nothing was written
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -119,6 +120,15 @@ def print_summary(results: list[ReleaseResult]) -> None:
             print(f"  source pull budget: {release.source_rate_limit}")
         for values in release.values:
             print(f"  values for {values.target}: {values.path}")
+            for warning in values.warnings:
+                print(f"    WARNING: {warning}")
+            if values.chart_note:
+                print(f"    chart: {values.chart_note}")
+            if values.proof is not None:
+                verdict = "every image mirrored or allowed" if values.proof["ok"] else "IMAGES LEFT ON THE SOURCE"
+                print(f"    proof ({values.proof['renderer']}): {verdict}")
+                for image in values.proof["images"]:
+                    print(f"      {image['image']}: {image['verdict']}")
             if values.rbac_path:
                 print(f"    kubectl apply -f {values.rbac_path}")
             if values.kubectl_command:

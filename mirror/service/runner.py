@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Any
 
+from mirror.chart.archive import ChartError
 from mirror.engine.discover import DiscoveryError
 from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
@@ -110,7 +111,7 @@ class JobRunner:
                 results = await discover_and_sync(self.settings, options, Progress(), shutdown)
             else:
                 results = await sync(self.settings, job["versions"], options, Progress(), shutdown)
-        except (ValueError, LockTimeout, DiscoveryError) as exc:  # bad versions, a lock held too long, no tag list
+        except (ValueError, LockTimeout, DiscoveryError, ChartError) as exc:  # bad input, lock, tags, chart
             error = str(exc)
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")

@@ -1,0 +1,374 @@
+"""Chart-driven releases against real registries, a real chart repository and real Helm (helm-python-sdk):
+the chart names the images, mirror copies every one it can run, publishes the chart, and proves the values by
+rendering the chart with them."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import random
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import pytest
+import yaml
+
+from mirror.chart.archive import ChartError, open_chart
+from mirror.chart.publish import publish_chart
+from mirror.chart.render import RenderRequest, render_images
+from mirror.cli import main
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.sample import MiB, SampleImage, push_single
+from mirror.oci import Manifest
+from mirror.registry import RegistryClient
+from tests.charts import ChartRepository, chart_files, chart_repository, hami_chart, package
+from tests.support import manifest_bytes, manifest_digest, requests_since, with_client, write_config
+from tests.test_sync import VERSION, seed_release
+
+CHART_VERSION = "2.10.0"
+EXTRA_IMAGES = (("jettech/kube-webhook-certgen", "v1.5.2"), ("projecthami/mock-device-plugin", "1.0.1"))
+
+
+def seed_chart_images(source: LocalRegistry) -> dict[str, SampleImage]:
+    """Every Docker Hub image the test chart can run, at the source."""
+    hami, certgen = seed_release(source)
+    images = {"projecthami/hami": hami, "liangjw/kube-webhook-certgen": certgen}
+    for seed, (repository, tag) in enumerate(EXTRA_IMAGES, start=10):
+        images[repository] = with_client(
+            source, functools.partial(_push_small, repository=repository, tag=tag, seed=seed)
+        )
+    return images
+
+
+async def _push_small(client: RegistryClient, repository: str, tag: str, seed: int) -> SampleImage:
+    return await push_single(client, repository, tag, layer_sizes=(MiB // 4,), seed=seed)
+
+
+async def _tag(client: RegistryClient, tag: str, index: Manifest) -> None:
+    await client.put_manifest("projecthami/hami", tag, index)
+
+
+@pytest.fixture
+def repository(source: LocalRegistry) -> Iterator[ChartRepository]:
+    with chart_repository() as served:
+        served.add("hami", CHART_VERSION, hami_chart(source.host, CHART_VERSION))
+        yield served
+
+
+def chart_config(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, chart: dict[str, Any], **extra: Any
+) -> Path:
+    """A config that names only the chart and a target: no `images:`."""
+    path = write_config(tmp_path / "mirror.yaml", source, [target], chart=chart, **extra)
+    data = yaml.safe_load(path.read_text())
+    del data["images"]
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:
+    code = main(["sync", *(args or (VERSION,)), "--config", str(config), "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out) if captured.out.strip() else {}, captured.err
+
+
+def test_a_config_naming_only_the_chart_mirrors_every_image_it_can_run(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    images = seed_chart_images(source)
+    config = chart_config(tmp_path, source, target, {"repository": repository.url})
+    code, report, err = run(config, capsys)
+    assert code == 0, err
+    copied = {(i["source"], i["targets"][0]["verified"]) for i in report["images"]}
+    assert copied == {
+        (f"{source.host}/projecthami/hami:v2.10.0", True),
+        (f"{source.host}/liangjw/kube-webhook-certgen:v1.1.1", True),
+        (f"{source.host}/jettech/kube-webhook-certgen:v1.5.2", True),  # only on Kubernetes < 1.22
+        (f"{source.host}/projecthami/mock-device-plugin:1.0.1", True),  # only with the mock enabled
+    }  # kube-scheduler comes from ACR already: left where it is
+    for (repository_name, tag), name in (
+        (("projecthami/hami", "v2.10.0"), "hami"),
+        (("liangjw/kube-webhook-certgen", "v1.1.1"), "kube-webhook-certgen"),
+        (("jettech/kube-webhook-certgen", "v1.5.2"), "kube-webhook-certgen"),
+        (("projecthami/mock-device-plugin", "1.0.1"), "mock-device-plugin"),
+    ):
+        assert manifest_digest(target, f"mirrored/{name}", tag) == images[repository_name].digest
+
+    (values_entry,) = report["values"]
+    values = yaml.safe_load(Path(values_entry["path"]).read_text())
+    mirrored = {"registry": target.host}
+    assert values["scheduler"]["extender"]["image"] == {**mirrored, "repository": "mirrored/hami"}
+    assert values["devicePlugin"]["monitor"]["image"] == {**mirrored, "repository": "mirrored/hami"}
+    assert values["scheduler"]["patch"]["imageNew"] == {**mirrored, "repository": "mirrored/kube-webhook-certgen"}
+    assert values["scheduler"]["patch"]["image"] == {**mirrored, "repository": "mirrored/kube-webhook-certgen"}
+    assert values["mockDevicePlugin"]["image"] == {**mirrored, "repository": "mirrored/mock-device-plugin"}
+    assert "kubeScheduler" not in values["scheduler"]
+    assert values["devicePlugin"]["nvidiaDriverRoot"] == "/"
+
+    # the proof: real Helm rendered the chart with these values; nothing comes from the source registry
+    proof = values_entry["proof"]
+    assert proof["renderer"].startswith("Helm v4") and proof["ok"] is True
+    verdicts = {(i["image"], i["verdict"]) for i in proof["images"]}
+    assert verdicts == {
+        (f"{target.host}/mirrored/hami:v2.10.0", "mirrored"),
+        (f"{target.host}/mirrored/kube-webhook-certgen:v1.1.1", "mirrored"),
+        ("registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler:v1.32.0", "allowed registry"),
+    }
+    # the chart itself, at the target as an OCI chart that Helm installs from
+    assert values_entry["chart"] == f"oci://{target.host}/mirrored/hami"
+    assert values_entry["helm"].startswith(f"helm install hami oci://{target.host}/mirrored/hami -n kube-system ")
+    assert "--version 2.10.0" in values_entry["helm"]
+    pulled = helm_python.pull(
+        f"oci://{target.host}/mirrored/hami", version=CHART_VERSION, plain_http=True, destination=str(tmp_path)
+    )
+    assert pulled is not None
+    pulled_chart = (tmp_path / "hami-2.10.0.tgz").read_bytes()
+    assert pulled_chart == repository.charts["hami-2.10.0.tgz"]  # the .tgz bytes unchanged
+    # and what Helm installs from that copy with the written values pulls nothing from the source
+    rendered = render_with_helm(pulled_chart, Path(values_entry["path"]))
+    assert len(rendered) == 5 and not [image for image in rendered if image.startswith(source.host)]
+
+
+def render_with_helm(chart_bytes: bytes, values_path: Path) -> list[str]:
+    """Every container image of the chart as Helm renders it with the values file."""
+    with helm_python.Chart.load_archive(chart_bytes) as chart:
+        manifests = chart.render(yaml.safe_load(values_path.read_text()), name="hami", namespace="kube-system")
+    images = []
+    for name, text in manifests.items():
+        for doc in yaml.safe_load_all(text) if name.endswith(".yaml") else []:
+            pod = (doc or {}).get("spec", {}).get("template", {}).get("spec", {})
+            images += [container["image"] for container in pod.get("containers", [])]
+    return images
+
+
+def test_where_the_target_refuses_the_chart_the_tgz_goes_beside_the_values(
+    tmp_path: Path,
+    source: LocalRegistry,
+    acr_like: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seed_chart_images(source)
+    config = chart_config(tmp_path, source, acr_like, {"repository": repository.url})
+    code, report, err = run(config, capsys)
+    assert code == 0, err
+    (values_entry,) = report["values"]
+    beside = Path(values_entry["path"]).parent / "hami-2.10.0.tgz"
+    assert beside.read_bytes() == repository.charts["hami-2.10.0.tgz"]
+    assert values_entry["chart"] == str(beside)
+    assert values_entry["helm"] == (
+        f"helm install hami {beside} -n kube-system -f {values_entry['path']}"  # what was done, nothing else
+    )
+    assert "refused the chart artifact" in values_entry["chart_note"] and "manifest class" in values_entry["chart_note"]
+    assert manifest_digest(acr_like, "mirrored/hami", "2.10.0") is None
+    assert values_entry["proof"]["ok"] is True
+
+
+def test_the_chart_can_come_from_an_oci_registry(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_chart_images(source)
+    raw = hami_chart(source.host, CHART_VERSION)
+    published = with_client(source, lambda c: publish_chart(c, "charts/hami", open_chart(raw, "test")))
+    assert published.reference == f"{source.host}/charts/hami:2.10.0"
+    config = chart_config(tmp_path, source, target, {"repository": f"oci://{source.host}/charts"})
+    code, report, err = run(config, capsys)
+    assert code == 0, err
+    assert report["values"][0]["proof"]["ok"] is True
+    assert manifest_bytes(target, "mirrored/hami", "2.10.0") == manifest_bytes(source, "charts/hami", "2.10.0")
+
+
+def test_explicit_images_take_their_keys_from_the_chart(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seed_release(source)
+    images = [
+        {"name": "hami", "source": "projecthami/hami"},
+        {"name": "kube-webhook-certgen", "source": "liangjw/kube-webhook-certgen", "tag": "v1.1.1"},
+    ]
+    config = write_config(
+        tmp_path / "mirror.yaml", source, [target], images=images, chart={"repository": repository.url}, values={}
+    )
+    code, report, err = run(config, capsys)
+    # the chart can also run jettech's certgen and the mock plugin, which this config does not mirror
+    assert code == 1
+    assert "values for t0 not written" in err and "scheduler.patch.image would still pull" in err
+    assert "mockDevicePlugin.image would still pull" in err
+    assert not (tmp_path / "out" / "t0" / "hami-ack-values.yaml").exists()
+
+    warned = write_config(
+        tmp_path / "warn.yaml",
+        source,
+        [target],
+        images=images,
+        chart={"repository": repository.url},
+        values={"unmirrored": "warn"},
+    )
+    code, report, err = run(warned, capsys)
+    assert code == 0, err
+    (values_entry,) = report["values"]
+    text = Path(values_entry["path"]).read_text()
+    values = yaml.safe_load(text)
+    assert set(values["scheduler"]) == {"extender", "patch"} and set(values["scheduler"]["patch"]) == {"imageNew"}
+    assert values["devicePlugin"]["image"]["repository"] == "mirrored/hami"
+    assert "# WARNING: NOT MIRRORED: scheduler.patch.image would still pull" in text
+    assert any("mockDevicePlugin.image" in w for w in values_entry["warnings"])
+    assert "values written with an image left behind" in caplog.text
+
+
+def test_images_already_in_acr_are_mirrored_on_request_with_the_clusters_version(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """kube-scheduler's registry is ACR's: here the test source stands in for it."""
+    seed_chart_images(source)
+    with_client(source, lambda c: push_single(c, "google_containers/kube-scheduler", "v1.30.4", seed=30))
+    files = chart_files(source.host, CHART_VERSION)
+    files["values.yaml"] = files["values.yaml"].replace(
+        "registry: registry.cn-hangzhou.aliyuncs.com", f"registry: {source.host}"
+    )
+    repository.add("hami", CHART_VERSION, package(dict(files)))
+    chart = {
+        "repository": repository.url,
+        "mirror_acr_images": True,
+        "kube_version": "1.30.4",
+        "allowed_registries": [],
+    }
+    code, report, err = run(chart_config(tmp_path, source, target, chart), capsys)
+    assert code == 0, err
+    values = yaml.safe_load(Path(report["values"][0]["path"]).read_text())
+    assert values["scheduler"]["kubeScheduler"]["image"] == {
+        "registry": target.host,
+        "repository": "mirrored/kube-scheduler",
+        "tag": "v1.30.4",  # the chart would otherwise ask for the cluster's own version
+    }
+    assert manifest_digest(target, "mirrored/kube-scheduler", "v1.30.4") is not None
+    assert (f"{target.host}/mirrored/kube-scheduler:v1.30.4", "mirrored") in {
+        (i["image"], i["verdict"]) for i in report["values"][0]["proof"]["images"]
+    }
+
+
+HOSTILE: list[tuple[str, Any, str]] = [
+    ("traversal", lambda: package({"Chart.yaml": "name: hami\nversion: 2.10.0\n", "../../evil": "x"}), "unsafe path"),
+    ("absolute", lambda: _with_member(tarfile.TarInfo("/etc/evil")), "unsafe path"),
+    ("symlink", lambda: _with_member(_link("hami/templates/link.yaml", "/etc/passwd")), "link or a special file"),
+    ("hardlink", lambda: _with_member(_link("hami/values2.yaml", "hami/values.yaml", hard=True)), "link or a special"),
+    ("bomb", lambda: package({**chart_files("x"), "big.bin": bytes(80 * MiB)}), "unpacks to"),
+    ("not gzip", lambda: b"PK\x03\x04 not a chart", "not a readable chart archive"),
+    ("two tops", lambda: _two_tops(), "more than one top directory"),
+    ("no Chart.yaml", lambda: package({"values.yaml": "a: 1\n"}), "no Chart.yaml"),
+]
+
+
+def _link(name: str, target: str, hard: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.LNKTYPE if hard else tarfile.SYMTYPE
+    info.linkname = target
+    return info
+
+
+def _with_member(member: tarfile.TarInfo) -> bytes:
+    return package(chart_files("x"), extra=[member])
+
+
+def _two_tops() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name in ("hami/Chart.yaml", "other/Chart.yaml"):
+            data = b"name: hami\nversion: 2.10.0\n"
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("case", "make", "message"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_archives_are_refused(case: str, make: Any, message: str) -> None:
+    with pytest.raises(ChartError, match=message):
+        open_chart(make(), "chart hami 2.10.0")
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("wrong digest", "the index says"),
+        ("oversized", "limit 4096"),
+        ("traversal", "unsafe path"),
+        ("missing", "not published"),
+    ],
+)
+def test_a_bad_chart_fails_cleanly_and_nothing_is_written(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+    message: str,
+) -> None:
+    seed_chart_images(source)
+    mark = len(target.access_log())
+    with chart_repository() as served:
+        good = hami_chart(source.host, CHART_VERSION)
+        if case == "wrong digest":
+            served.add("hami", CHART_VERSION, good, claimed_digest="0" * 64)
+        elif case == "oversized":
+            noise = random.Random(3).randbytes(16 * 1024)  # does not compress: the archive is over 4096 bytes
+            served.add("hami", CHART_VERSION, package({**chart_files(source.host), "files/noise.bin": noise}))
+        elif case == "traversal":
+            served.add("hami", CHART_VERSION, package({**chart_files(source.host), "../escape.yaml": "x"}))
+        else:  # the chart is there, but not this version
+            served.add("hami", "2.9.0", hami_chart(source.host, "2.9.0"))
+        chart = {"repository": served.url, "max_bytes": 4096 if case == "oversized" else 16 * MiB}
+        code, _, err = run(chart_config(tmp_path, source, target, chart), capsys)
+    assert code == 1
+    lines = [line for line in err.splitlines() if line.startswith("mirror: ")]
+    assert len(lines) == 1 and lines[0].startswith("mirror: chart ") and message in lines[0], err
+    assert "Traceback" not in err
+    assert requests_since(target, mark) == []  # nothing sent to the target, nothing written
+    assert not (tmp_path / "out").exists()
+
+
+def test_discovery_follows_the_chart_repository(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    images = seed_chart_images(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, functools.partial(_tag, tag="v2.11.0", index=index))  # an image, but no chart yet
+    for version in ("2.5.0", "2.9.0"):
+        repository.add("hami", version, hami_chart(source.host, version))
+        with_client(source, functools.partial(_tag, tag=f"v{version}", index=index))
+    config = chart_config(tmp_path, source, target, {"repository": repository.url})
+    code, report, err = run(config, capsys, "--discover")
+    assert code == 0, err
+    assert [release["version"] for release in report] == ["v2.9.0", "v2.10.0"]  # >=2.7.0; v2.11.0 has no chart
+    assert manifest_digest(target, "mirrored/hami", "v2.11.0") is None
+    assert manifest_digest(target, "mirrored/hami", "v2.9.0") == images["projecthami/hami"].digest
+
+
+def test_renderers_say_which_was_used(source: LocalRegistry) -> None:
+    archive = open_chart(hami_chart(source.host), "test")
+    old = render_images(archive, {}, RenderRequest("hami", "kube-system", "1.20.0"), "sdk")
+    assert f"{source.host}/jettech/kube-webhook-certgen:v1.5.2" in {i.reference for i in old.images}
+    fallback = render_images(archive, {}, RenderRequest("hami", "kube-system", "1.32.0"), "values")
+    assert fallback.renderer.startswith("values.yaml only")
+    assert len(fallback.images) == 7  # every block, used or not
