@@ -128,7 +128,7 @@ def print_summary(results: list[ReleaseResult]) -> None:
                 verdict = "every image mirrored or allowed" if values.proof["ok"] else "IMAGES LEFT ON THE SOURCE"
                 print(f"    proof ({values.proof['renderer']}): {verdict}")
                 for image in values.proof["images"]:
-                    print(f"      {image['image']}: {image['verdict']}")
+                    print(f"      {image['image']}: {image['verdict']} ({image['from']})")
             if values.rbac_path:
                 print(f"    kubectl apply -f {values.rbac_path}")
             if values.kubectl_command:

@@ -9,6 +9,8 @@ private network namespace in which:
 - `docker.io` and `index.docker.io` are Docker's web site: every path answers 301 to www.docker.com;
 - `registry.cn-hangzhou.aliyuncs.com` is a `docker-registry` with ACR's manifest-class policy and token auth
   at `https://dockerauth.cn-hangzhou.aliyuncs.com/auth` (service with colons, no anonymous pull);
+- `https://project-hami.github.io/HAMi` is HAMi's chart repository, serving a HAMi-shaped chart whose images
+  are at `docker.io`, as the real one's are;
 
 all over HTTPS with certificates from a throwaway CA (`DIR/ca.pem`, trusted through SSL_CERT_FILE), names
 resolved by a bind-mounted /etc/hosts. It seeds HAMi-shaped releases at the source, writes `DIR/ready.json`,
@@ -40,7 +42,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from mirror.demo.localregistry import start_registry
-from mirror.demo.sample import MiB, push_multiarch
+from mirror.demo.sample import MiB, push_multiarch, push_single
+from mirror.demo.samplechart import chart_repository, hami_chart
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
 from mirror.settings import MirrorSettings
@@ -55,6 +58,7 @@ HOSTS = {
     "index.docker.io": "127.0.0.5",
     "registry.cn-hangzhou.aliyuncs.com": "127.0.0.6",
     "dockerauth.cn-hangzhou.aliyuncs.com": "127.0.0.7",
+    "project-hami.github.io": "127.0.0.8",
 }
 HUB_SERVICE = "registry.docker.io"
 ACR_SERVICE = "registry.aliyuncs.com:cn-hangzhou:26842"
@@ -62,6 +66,8 @@ PUBLISHER = ("hami-publisher", "publisher-password-0123")
 ACR_USER = ("acr-user", "acr-registry-password-0123")
 RELEASES = ("v2.5.0", "v2.9.0", "v2.10.0", "v2.11.0-rc.1", "latest")  # what the source publishes for hami
 SHARED = random.Random(7).randbytes(MiB)
+CHART_ONLY_IMAGES = (("jettech/kube-webhook-certgen", "v1.5.2"), ("projecthami/mock-device-plugin", "1.0.1"))
+CHART_VERSIONS = ("2.5.0", "2.9.0", "2.10.0")  # what the chart repository publishes
 
 
 def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
@@ -145,7 +151,12 @@ async def seed(settings: MirrorSettings) -> dict[str, str]:
         certgen = await push_multiarch(
             client, "liangjw/kube-webhook-certgen", "v1.1.1", shared_layers=(SHARED,), docker=True, seed=2
         )
-        return {"projecthami/hami": hami.digest, "liangjw/kube-webhook-certgen": certgen.digest}
+        digests = {"projecthami/hami": hami.digest, "liangjw/kube-webhook-certgen": certgen.digest}
+        for seed, (repository, tag) in enumerate(CHART_ONLY_IMAGES, start=3):
+            digests[repository] = (
+                await push_single(client, repository, tag, layer_sizes=(MiB // 4,), seed=seed)
+            ).digest
+        return digests
     finally:
         await client.aclose()
 
@@ -184,6 +195,11 @@ def main(directory: Path) -> None:
             )
         )
         stack.enter_context(http_server(website(hits), (HOSTS["docker.io"], 443), context))
+        charts = stack.enter_context(
+            chart_repository((HOSTS["project-hami.github.io"], 443), context, "https://project-hami.github.io/HAMi")
+        )
+        for version in CHART_VERSIONS:
+            charts.add("hami", version, hami_chart("docker.io", version))
         hub = start_registry(
             directory / "hub",
             address=HOSTS["registry-1.docker.io"],
@@ -218,6 +234,7 @@ def main(directory: Path) -> None:
         stop.wait()
         summary = {
             "website_hits": hits,
+            "chart_requests": charts.requests,
             "cdn_requests": cdn.requests,
             "cdn_authorization": cdn.seen_authorization,
             "hub_tokens": [_token_json(r) for r in hub_tokens.requests],

@@ -23,9 +23,9 @@ from mirror.chart.render import RenderRequest, render_images
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import MiB, SampleImage, push_single
+from mirror.demo.samplechart import ChartRepository, chart_files, chart_repository, hami_chart, package
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
-from tests.charts import ChartRepository, chart_files, chart_repository, hami_chart, package
 from tests.support import manifest_bytes, manifest_digest, requests_since, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 

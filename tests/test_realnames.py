@@ -103,10 +103,25 @@ def test_the_shipped_config_syncs_a_release_from_docker_hub_to_acr(tmp_path: Pat
         "repository": f"{NAMESPACE}/hami",
     }
     assert values["global"]["imagePullSecrets"]  # the repositories are private: nodes need the pull secret
+    assert values["scheduler"]["patch"]["imageNew"]["registry"] == "registry-vpc.cn-hangzhou.aliyuncs.com"
+    assert values["mockDevicePlugin"]["image"]["repository"] == f"{NAMESPACE}/mock-device-plugin"
+    assert {image["name"] for image in report["images"]} == {"hami", "kube-webhook-certgen", "mock-device-plugin"}
+    assert len(report["images"]) == 4  # both certgen images: the chart runs one or the other by Kubernetes version
+    (delivered,) = report["values"]
+    assert delivered["proof"]["ok"] is True and delivered["proof"]["renderer"].startswith("Helm v4")
+    assert {i["image"] for i in delivered["proof"]["images"]} >= {
+        f"registry-vpc.cn-hangzhou.aliyuncs.com/{NAMESPACE}/hami:v2.10.0",
+        "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler:v1.32.0",
+    }
+    # this personal edition refuses the Helm chart's manifest class: the .tgz goes beside the values
+    assert (
+        delivered["chart"].endswith("out/cn-hangzhou/hami-2.10.0.tgz") and "manifest class" in delivered["chart_note"]
+    )
 
     hub, acr = world.access_log("hub"), world.access_log("acr")
     summary = world.stop()
     assert summary["website_hits"] == []  # nothing went to docker.io itself
+    assert summary["chart_requests"] == ["/HAMi/index.yaml", "/HAMi/hami-2.10.0.tgz"]
     assert summary["cdn_requests"] > 0 and summary["cdn_authorization"] == []  # blobs via the CDN, no credentials
     assert {t["service"] for t in summary["hub_tokens"]} == {HUB_SERVICE}
     assert {t["user"] for t in summary["hub_tokens"]} == {None}  # anonymous pulls from Docker Hub
@@ -122,14 +137,18 @@ def test_the_shipped_config_discovers_releases_at_docker_hub(tmp_path: Path, wor
     env = {"ACR_PASSWORD": ACR_USER[1]}
     done = world.mirror("sync", "--discover", "--config", str(config), "--json", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
-    # published: v2.5.0 (outside >=2.7.0), v2.9.0, v2.10.0, v2.11.0-rc.1 (a pre-release), latest
+    # the chart repository publishes 2.5.0 (outside >=2.7.0), 2.9.0 and 2.10.0
     assert [release["version"] for release in json.loads(done.stdout)] == ["v2.9.0", "v2.10.0"]
-    again = world.mirror("sync", "--discover", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    # by the image's tags instead: v2.5.0, v2.9.0, v2.10.0, v2.11.0-rc.1 (a pre-release), latest
+    by_tags = {**env, "MIRROR_DISCOVERY__SOURCE": "tags"}
+    again = world.mirror("sync", "--discover", "--config", str(config), "--json", cwd=tmp_path, env=by_tags)
     assert again.returncode == 0, again.stderr
+    assert [release["version"] for release in json.loads(again.stdout)] == ["v2.9.0", "v2.10.0"]
     hub, acr = world.access_log("hub"), world.access_log("acr")
     summary = world.stop()
     assert summary["website_hits"] == []
-    assert len(requests(hub, "GET", "/v2/projecthami/hami/tags/list")) == 2  # at the API host, once per run
+    assert summary["chart_requests"].count("/HAMi/index.yaml") == 3  # discovery, then each run's charts
+    assert len(requests(hub, "GET", "/v2/projecthami/hami/tags/list")) == 1  # at the API host
     for version in ("v2.9.0", "v2.10.0"):
         assert len(requests(acr, "PUT", f"/v2/{NAMESPACE}/hami/manifests/{version}")) == 1  # the re-run copied nothing
     assert not requests(acr, "PUT", "manifests/v2.5.0") and not requests(acr, "PUT", "rc.1")
@@ -153,5 +172,5 @@ def test_a_wrong_password_is_one_line_per_image(tmp_path: Path, world: World) ->
     )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("mirror: ")]
-    assert len(errors) == 2 and all("registry.cn-hangzhou.aliyuncs.com" in line for line in errors), done.stderr
+    assert len(errors) == 4 and all("registry.cn-hangzhou.aliyuncs.com" in line for line in errors), done.stderr
     assert "Traceback" not in done.stderr and "wrong-password" not in done.stderr

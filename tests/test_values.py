@@ -25,7 +25,11 @@ def settings_for(registry: str, namespace: str = "my-ns", **target: str) -> Mirr
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
     data["targets"] = [{"name": "t", "registry": registry, "namespace": namespace, **target}]
     data["registries"] = {}
-    data.pop("chart", None)
+    data.pop("chart")  # the seed's shape from HAMi's own keys, without reading a chart
+    data["images"] = [
+        {"name": "hami", "source": "projecthami/hami"},
+        {"name": "kube-webhook-certgen", "source": "liangjw/kube-webhook-certgen", "tag": "v1.1.1"},
+    ]
     return MirrorSettings(**data)
 
 
@@ -98,9 +102,8 @@ def test_default_config_file_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACR_PASSWORD", "from-the-environment")
     settings = load_settings(DEFAULT_CONFIG)
     assert settings.registry("registry.cn-hangzhou.aliyuncs.com").password_value() == "from-the-environment"
-    assert [i.source for i in settings.images] == ["projecthami/hami", "liangjw/kube-webhook-certgen"]
-    assert settings.images[0].tag_for("2.10.0") == "v2.10.0"
-    assert settings.images[1].tag_for("2.10.0") == "v1.1.1"
+    assert settings.images == [] and settings.chart is not None  # the chart names the images
+    assert (settings.chart.repository, settings.chart.name) == ("https://project-hami.github.io/HAMi", "hami")
 
 
 def with_images(*images: dict[str, str]) -> MirrorSettings:

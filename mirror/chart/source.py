@@ -105,27 +105,36 @@ async def published_versions(location: ChartLocation, limits: FetchLimits, sourc
         return [str(e["version"]) for e in await read_index(client, location)]
 
 
-async def fetch_chart(
-    location: ChartLocation, version: str, limits: FetchLimits, source: RegistryClient | None = None
-) -> ChartArchive:
-    """The chart archive of `version`, verified against its digest and opened safely."""
-    where = f"chart {location} {version}"
+async def fetch_charts(
+    location: ChartLocation, versions: list[str], limits: FetchLimits, source: RegistryClient | None = None
+) -> dict[str, ChartArchive]:
+    """The chart archive of each version (the repository's index read once), verified against its digest and
+    opened safely."""
+    raws: dict[str, bytes] = {}
     if location.is_oci:
         assert source is not None, "an OCI chart needs a registry client for its host"
-        raw = await _fetch_oci(source, location, version, limits, where)
+        for version in versions:
+            raws[version] = await _fetch_oci(source, location, version, limits, f"chart {location} {version}")
     else:
         async with http_client(limits) as client:
-            raw = await _fetch_classic(client, location, version, limits, where)
-    archive = open_chart(raw, where)
-    if archive.name != location.name or archive.version != version:
-        raise ChartError(f"{where}: the archive holds {archive.name} {archive.version}")
-    return archive
+            entries = await read_index(client, location) if versions else []
+            for version in versions:
+                raws[version] = await _fetch_classic(client, location, entries, version, limits)
+    charts = {}
+    for version, raw in raws.items():
+        where = f"chart {location} {version}"
+        archive = open_chart(raw, where)
+        if archive.name != location.name or archive.version != version:
+            raise ChartError(f"{where}: the archive holds {archive.name} {archive.version}")
+        charts[version] = archive
+    return charts
 
 
 async def _fetch_classic(
-    client: httpx.AsyncClient, location: ChartLocation, version: str, limits: FetchLimits, where: str
+    client: httpx.AsyncClient, location: ChartLocation, entries: list[dict[str, Any]], version: str, limits: FetchLimits
 ) -> bytes:
-    entry = next((e for e in await read_index(client, location) if str(e["version"]) == version), None)
+    where = f"chart {location} {version}"
+    entry = next((e for e in entries if str(e["version"]) == version), None)
     if entry is None:
         raise ChartError(f"{where}: not published in {location.repository}/index.yaml")
     urls, digest = entry.get("urls") or [], str(entry.get("digest") or "")

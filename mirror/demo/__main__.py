@@ -1,5 +1,6 @@
-"""The demo: two throwaway local registries, a sample multi-arch HAMi release in the first, a real
-`mirror sync` into the second with a config shaped like the production one, and the values file printed.
+"""The demo: two throwaway local registries, a sample multi-arch HAMi release in the first, a sample HAMi
+chart in a local chart repository, a real `mirror sync` into the second with the production config (only
+the hosts changed), and the values file printed.
 
     python -m mirror.demo [--keep]
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -16,30 +19,35 @@ from pathlib import Path
 import yaml
 
 from mirror.demo.localregistry import start_registry
-from mirror.demo.sample import MiB, push_multiarch
+from mirror.demo.sample import MiB, push_multiarch, push_single
+from mirror.demo.samplechart import chart_repository, hami_chart
 from mirror.registry import RegistryClient
 from mirror.settings import MirrorSettings
 
 VERSION = "v2.10.0"
 
 
-def demo_config(source_host: str, target_host: str, output_dir: Path) -> dict[str, object]:
+def demo_config(source_host: str, target_host: str, output_dir: Path, charts: str) -> dict[str, object]:
     production = yaml.safe_load(Path(__file__).resolve().parents[2].joinpath("config/mirror.yaml").read_text())
     production["source"] = {"registry": source_host}
     production["targets"] = [{"name": "demo-hangzhou", "registry": target_host, "namespace": "demo"}]
     production["output_dir"] = str(output_dir)
     production["registries"] = {source_host: {"plain_http": True}, target_host: {"plain_http": True}}
+    production["chart"] = {**production["chart"], "repository": charts}
     return dict(production)
 
 
 async def seed_source(host: str, settings: MirrorSettings) -> None:
+    """Every Docker Hub image the sample chart can run."""
     client = RegistryClient.open(host, settings)
     try:
         hami = await push_multiarch(client, "projecthami/hami", VERSION, layer_sizes=(8 * MiB, 3 * MiB), seed=1)
         certgen = await push_multiarch(client, "liangjw/kube-webhook-certgen", "v1.1.1", docker=True, seed=2)
+        old_certgen = await push_single(client, "jettech/kube-webhook-certgen", "v1.5.2", seed=3)
+        mock = await push_single(client, "projecthami/mock-device-plugin", "1.0.1", seed=4)
     finally:
         await client.aclose()
-    for image in (hami, certgen):
+    for image in (hami, certgen, old_certgen, mock):
         print(
             f"seeded {host}/{image.repository}:{image.tag} {image.digest} "
             f"({len(image.manifests)} manifests, {image.blob_bytes / 1e6:.1f} MB of blobs)"
@@ -59,14 +67,19 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="mirror-demo-"))
     source = start_registry(workdir / "source")
     target = start_registry(workdir / "target")
+    charts = contextlib.ExitStack()
     try:
+        repository = charts.enter_context(chart_repository())
+        repository.add("hami", VERSION.removeprefix("v"), hami_chart(source.host, VERSION.removeprefix("v")))
         print(f"source registry (stands in for Docker Hub): {source.host}")
         print(f"target registry (stands in for ACR):        {target.host}")
-        config = demo_config(source.host, target.host, workdir / "out")
+        print(f"chart repository (stands in for HAMi's):    {repository.url}")
+        config = demo_config(source.host, target.host, workdir / "out", repository.url)
         config_path = workdir / "mirror.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         asyncio.run(seed_source(source.host, MirrorSettings(**config)))  # type: ignore[arg-type]
         mirror = [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config_path)]
+        os.environ.setdefault("ACR_PASSWORD", "demo-password")  # the config names it; the demo target needs none
         if run(mirror) != 0:
             return 1
         values = workdir / "out" / "demo-hangzhou" / "hami-ack-values.yaml"
@@ -78,6 +91,7 @@ def main() -> int:
         print(f"source requests on the re-run: {', '.join(sorted({f'{e.method}' for e in after}))} x{len(after)}")
         return code
     finally:
+        charts.close()
         source.stop()
         target.stop()
         if args.keep:

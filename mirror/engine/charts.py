@@ -4,7 +4,7 @@ or is not safe to open stops the run with one line, and nothing is written."""
 from __future__ import annotations
 
 from mirror.chart.archive import ChartArchive
-from mirror.chart.source import ChartLocation, FetchLimits, fetch_chart
+from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts
 from mirror.registry import RegistryClient
 from mirror.registry.retry import RetryPolicy
 from mirror.release import chart_version
@@ -35,7 +35,8 @@ async def fetch_release_charts(settings: MirrorSettings, versions: list[str]) ->
         return {}
     location, limits, client = chart_location(settings), fetch_limits(settings), chart_client(settings)
     try:
-        return {version: await fetch_chart(location, chart_version(version), limits, client) for version in versions}
+        charts = await fetch_charts(location, [chart_version(v) for v in versions], limits, client)
+        return {version: charts[chart_version(version)] for version in versions}
     finally:
         if client is not None:
             await client.aclose()

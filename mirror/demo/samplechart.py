@@ -1,6 +1,6 @@
-"""A test chart shaped like HAMi's, and a classic Helm repository that serves it.
+"""A sample chart shaped like HAMi's, and a classic Helm repository that serves it (the demo and the tests).
 
-Like the real chart (FACTS.md): empty tags resolved through `global.imageTag`; kube-scheduler from another
+Like the real chart: empty tags resolved through `global.imageTag`; kube-scheduler from another
 registry with the cluster's Kubernetes version as its tag; a certgen image used only on Kubernetes < 1.22
 and another on >= 1.22; a mock device plugin only with `mockDevicePlugin.enabled`; another vendor's image
 left empty.
@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import ssl
 import tarfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -19,8 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-
-from tests.support import http_server
 
 CHART_YAML = """apiVersion: v2
 name: {name}
@@ -209,7 +209,11 @@ class ChartRepository:
 
 
 @contextmanager
-def chart_repository() -> Iterator[ChartRepository]:
+def chart_repository(
+    address: tuple[str, int] = ("127.0.0.1", 0), tls: ssl.SSLContext | None = None, base_url: str | None = None
+) -> Iterator[ChartRepository]:
+    """Serve a chart repository from a background thread: on a free loopback port, or at `address` (over TLS
+    when a server context is given, reached as `base_url`)."""
     repository = ChartRepository()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -230,6 +234,15 @@ def chart_repository() -> Iterator[ChartRepository]:
             self.end_headers()
             self.wfile.write(body)
 
-    with http_server(Handler) as server:
-        repository.url = f"http://127.0.0.1:{server.server_address[1]}/charts"
+    server = http.server.ThreadingHTTPServer(address, Handler)
+    server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    repository.url = base_url or f"http://127.0.0.1:{server.server_address[1]}/charts"
+    try:
         yield repository
+    finally:
+        server.shutdown()
+        server.server_close()
