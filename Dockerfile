@@ -2,13 +2,17 @@
 # Build a wheel of mirror and its dependencies, then install them into a slim runtime that runs as a
 # non-root user with a read-only root filesystem (state, output and temp files go to mounted volumes).
 FROM python:3.11-slim-bookworm AS build
+# postgres: several `mirror serve` replicas on one database; helm: Helm's Go SDK renders the chart to prove
+# the values (x86_64 wheels only: build arm64 images with --build-arg EXTRAS=postgres)
+ARG EXTRAS=postgres,helm
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mirror ./mirror
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[postgres]"
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[${EXTRAS}]"
 
 FROM python:3.11-slim-bookworm
 ARG VERSION=0.1.0
+ARG EXTRAS=postgres,helm
 ARG SOURCE=""
 LABEL org.opencontainers.image.title="mirror" \
       org.opencontainers.image.description="Copies images from Docker Hub to Alibaba Cloud ACR, verified, and writes HAMi's Helm values" \
@@ -16,7 +20,7 @@ LABEL org.opencontainers.image.title="mirror" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links=/wheels "mirror[postgres]==${VERSION}" \
+RUN pip install --no-cache-dir --no-index --find-links=/wheels "mirror[${EXTRAS}]==${VERSION}" \
     && rm -rf /wheels \
     && groupadd --gid 10001 mirror \
     && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin mirror \

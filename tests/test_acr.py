@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -259,3 +260,42 @@ def test_the_bundle_is_written_next_to_the_values(
     assert Path(values["rbac"]).parent == Path(values["path"]).parent
     assert "gpu-hami-scheduler" in Path(values["rbac"]).read_text()
     assert values["helm"].startswith("helm install gpu hami-charts/hami -n kube-system --version 2.10.0 -f ")
+
+
+@pytest.mark.parametrize("token_world", [("projecthami", "liangjw")], indirect=True)
+def test_every_path_keeps_the_pull_secret_for_a_target_that_refuses_anonymous_pulls(
+    token_world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """By hand (a first copy, then the fast path), by discovery (the CronJob's path) and through the service:
+    the values always carry the pull secret a private target needs."""
+    from mirror.demo.localregistry import free_port
+    from tests.test_service import API_TOKEN, AUTH, SECRET, Service
+    from tests.test_token_auth import PASSWORD, USER
+
+    def secret_in(path: str) -> Any:
+        return yaml.safe_load(Path(path).read_text()).get("global")
+
+    service = {"api_token": API_TOKEN, "poll_seconds": 0.2}
+    extra = {"state_dir": str(token_world.tmp / "state"), "webhook": {"secret": SECRET}, "service": service}
+    config = token_world.config({"username": USER, "password": PASSWORD}, **extra)
+    expected = {"imagePullSecrets": [{"name": "acr-pull"}]}
+    for args in ((), ()):  # a copy, then the fast path
+        code, report, err = run(config, capsys, *args)
+        assert code == 0, err
+        assert report["values"][0]["pull_secret"] == "acr-pull" and secret_in(report["values"][0]["path"]) == expected
+    assert main(["sync", "--discover", "--config", str(config), "--json"]) == 0
+    (discovered,) = json.loads(capsys.readouterr().out)
+    assert discovered["images"][0]["targets"][0]["action"] == "up-to-date"
+    assert (
+        discovered["values"][0]["pull_secret"] == "acr-pull" and secret_in(discovered["values"][0]["path"]) == expected
+    )
+
+    running = Service(config, free_port())
+    running.start()
+    try:
+        job = running.wait_done(running.signed({"version": VERSION}).json()["id"])
+        assert job["state"] == "succeeded", job["error"]
+        text = httpx.get(f"{running.url}{job['values'][0]['url']}", headers=AUTH, timeout=5).text
+    finally:
+        running.stop()
+    assert yaml.safe_load(text)["global"] == expected
