@@ -1,0 +1,1 @@
+"""The commands behind the CLI, each imported only when it runs."""

@@ -1,0 +1,111 @@
+"""`mirror sync`: load the settings, run the engine under a SIGTERM handler, print the report, pick the exit
+code. Imported only when the command runs, so `mirror --help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+
+from mirror.chart.archive import ChartError
+from mirror.engine.discover import DiscoveryError
+from mirror.engine.lock import LockTimeout
+from mirror.engine.shutdown import Shutdown
+from mirror.engine.sync import SyncOptions, discover_and_sync, sync
+from mirror.progress import progress_for
+from mirror.reference import ReferenceError
+from mirror.release import VersionError
+from mirror.report import ReleaseResult
+from mirror.settings import ConfigError, MirrorSettings, load_settings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
+
+
+def run(args: argparse.Namespace) -> int:
+    _configure_logging(args.verbose)
+    shutdown = Shutdown()
+    try:
+        settings = load_settings(args.config)
+        options = SyncOptions(tuple(args.target), args.dry_run, args.deep, args.force)
+        results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
+    except (ConfigError, VersionError, ReferenceError) as exc:
+        print(f"mirror: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (LockTimeout, DiscoveryError, ChartError) as exc:  # nothing was written
+        print(f"mirror: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
+        return 130
+    if args.json:
+        payload = results[0].to_json() if len(results) == 1 and not args.discover else [r.to_json() for r in results]
+        print(json.dumps(payload, indent=2))
+    else:
+        print_summary(results)
+    failures = [line for r in results for line in r.failures()]
+    for line in failures:
+        print(f"mirror: {line}", file=sys.stderr)
+    if shutdown.stopping:
+        print(
+            f"mirror: stopped by SIGTERM; {len(failures)} copy(ies) left unfinished, no tag moved for them",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINATED
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+async def _sync(
+    settings: MirrorSettings, versions: list[str], options: SyncOptions, shutdown: Shutdown, discover: bool = False
+) -> list[ReleaseResult]:
+    """Run the sync with SIGTERM meaning: start nothing new, give in-flight uploads a grace period."""
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, shutdown.request, settings.shutdown_grace)
+    try:
+        if discover:
+            return await discover_and_sync(settings, options, progress_for(sys.stderr), shutdown)
+        return await sync(settings, versions, options, progress_for(sys.stderr), shutdown)
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def print_summary(results: list[ReleaseResult]) -> None:
+    for release in results:
+        print(f"release {release.version}{' (dry run)' if release.dry_run else ''}")
+        for image in release.images:
+            print(f"  {image.name}  {image.source}  {image.source_digest or '-'}")
+            for target in image.targets:
+                state = "verified" if target.verified else (target.plan if target.action == "planned" else "FAILED")
+                print(f"    -> {target.target}: {target.action}, {state}")
+                if target.rewrite:
+                    rewrite = target.rewrite
+                    print(f"       index rewritten: {rewrite['source_digest']} -> {rewrite['target_digest']}")
+                    for dropped in target.rewrite.get("dropped", []):
+                        print(f"       left out {dropped['digest']} ({dropped['platform']}): {dropped['reason']}")
+        if release.source_rate_limit:
+            print(f"  source pull budget: {release.source_rate_limit}")
+        for values in release.values:
+            print(f"  values for {values.target}: {values.path}")
+            for warning in values.warnings:
+                print(f"    WARNING: {warning}")
+            if values.chart_note:
+                print(f"    chart: {values.chart_note}")
+            if values.proof is not None:
+                verdict = "every image mirrored or allowed" if values.proof["ok"] else "IMAGES LEFT ON THE SOURCE"
+                print(f"    proof ({values.proof['renderer']}): {verdict}")
+                for image in values.proof["images"]:
+                    print(f"      {image['image']}: {image['verdict']} ({image['from']})")
+            if values.rbac_path:
+                print(f"    kubectl apply -f {values.rbac_path}")
+            if values.kubectl_command:
+                print(f"    anonymous pulls fail here: create the pull secret first: {values.kubectl_command}")
+            print(f"    {values.helm_command}")
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("httpcore").setLevel(logging.WARNING)
