@@ -179,6 +179,15 @@ def test_token_requests_are_one_per_scope_set(world: World, capsys: pytest.Captu
     assert expected <= set(scope_sets)
 
 
+def test_discovery_and_the_sync_after_it_share_each_token(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    config = world.config({"username": USER, "password": PASSWORD})
+    code, output = run_cli(["sync", "--discover", "--config", str(config)], capsys)
+    assert code == 0, output
+    scope_sets = [(r.service, r.scopes) for r in world.tokens.requests if r.user is not None or "source" in r.service]
+    assert len(scope_sets) == len(set(scope_sets)), scope_sets  # the tag list's token serves the copy too
+    assert ("source-registry", frozenset({"repository:projecthami/hami:pull"})) in scope_sets
+
+
 def test_mount_across_repositories_uses_a_two_repository_scope(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mirror.chart.archive import ChartArchive
 from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts
-from mirror.registry import RegistryClient
+from mirror.engine.clients import Clients
 from mirror.registry.retry import RetryPolicy
 from mirror.release import chart_version
 from mirror.settings import MirrorSettings
@@ -23,20 +23,14 @@ def fetch_limits(settings: MirrorSettings) -> FetchLimits:
     )
 
 
-def chart_client(settings: MirrorSettings) -> RegistryClient | None:
-    """A registry client for an oci:// chart's host, with that host's settings and credentials."""
-    location = chart_location(settings)
-    return RegistryClient.open(location.oci_parts()[0], settings) if location.is_oci else None
-
-
-async def fetch_release_charts(settings: MirrorSettings, versions: list[str]) -> dict[str, ChartArchive]:
-    """Release version -> its chart, when a chart is configured."""
+async def fetch_release_charts(
+    settings: MirrorSettings, versions: list[str], clients: Clients
+) -> dict[str, ChartArchive]:
+    """Release version -> its chart, when a chart is configured (an oci:// chart through the run's client for
+    its host: the same credentials and token cache as the images)."""
     if settings.chart is None:
         return {}
-    location, limits, client = chart_location(settings), fetch_limits(settings), chart_client(settings)
-    try:
-        charts = await fetch_charts(location, [chart_version(v) for v in versions], limits, client)
-        return {version: charts[chart_version(version)] for version in versions}
-    finally:
-        if client is not None:
-            await client.aclose()
+    location = chart_location(settings)
+    client = clients[location.oci_parts()[0]] if location.is_oci else None
+    charts = await fetch_charts(location, [chart_version(v) for v in versions], fetch_limits(settings), client)
+    return {version: charts[chart_version(version)] for version in versions}

@@ -13,11 +13,12 @@ from mirror import acr
 from mirror.chart.archive import ChartError
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.charts import fetch_release_charts
+from mirror.engine.clients import Clients
 from mirror.engine.copy import copy_to_target
 from mirror.engine.deliver import Delivery, deliver
 from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.fanout import Spool
-from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, check_versions, registry_hosts
+from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, check_versions
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
@@ -67,7 +68,7 @@ class Syncer:
     def __init__(
         self,
         settings: MirrorSettings,
-        clients: dict[str, RegistryClient],
+        clients: Clients,
         options: SyncOptions,
         progress: Progress,
         shutdown: Shutdown | None = None,
@@ -288,17 +289,20 @@ async def sync(
     options: SyncOptions,
     progress: Progress,
     shutdown: Shutdown | None = None,
+    clients: Clients | None = None,
 ) -> list[ReleaseResult]:
-    """Validate the request, fetch the releases' charts, take the targets' locks, open one client per
-    registry host, run, close."""
-    charts = await fetch_release_charts(settings, check_versions(settings, versions))
-    jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
-    clients = {host: RegistryClient.open(host, settings) for host in registry_hosts(jobs)}
+    """Validate the request, fetch the releases' charts, take the targets' locks, run over one client per
+    registry host (the caller's, when it has them open already), close."""
+    own = clients is None
+    clients = clients or Clients(settings)
     try:
+        charts = await fetch_release_charts(settings, check_versions(settings, versions), clients)
+        jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
         async with target_locks(settings, jobs, enabled=not options.dry_run):
             return await Syncer(settings, clients, options, progress, shutdown).run(jobs)
     finally:
-        await asyncio.gather(*(c.aclose() for c in clients.values()))
+        if own:
+            await clients.aclose()
         progress.close()
 
 
@@ -307,14 +311,13 @@ async def discover_and_sync(
 ) -> list[ReleaseResult]:
     """Find the releases the discovery filter selects at the source, then sync each of them. A source that
     cannot be listed raises DiscoveryError with one line, as a failed copy reports one line."""
-    source = RegistryClient.open(discovery_host(settings), settings)
-    try:
-        versions = await discover(settings, source)
-    except (*EXPECTED_FAILURES, ChartError) as exc:
-        raise DiscoveryError(f"discovery failed: {exc}") from None
-    finally:
-        await source.aclose()
-    progress.event(f"discovered {len(versions)} release(s): {', '.join(versions) or 'none'}")
-    if not versions:
-        return []
-    return await sync(settings, versions, replace(options, trust_matching_tags=True), progress, shutdown)
+    async with Clients(settings) as clients:
+        try:
+            versions = await discover(settings, clients[discovery_host(settings)])
+        except (*EXPECTED_FAILURES, ChartError) as exc:
+            raise DiscoveryError(f"discovery failed: {exc}") from None
+        progress.event(f"discovered {len(versions)} release(s): {', '.join(versions) or 'none'}")
+        if not versions:
+            progress.close()
+            return []
+        return await sync(settings, versions, replace(options, trust_matching_tags=True), progress, shutdown, clients)
