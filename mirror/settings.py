@@ -227,6 +227,7 @@ class TransferSettings(_Model):
     upload_chunk_size: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=120.0, gt=0)
+    max_blob_size: int = Field(default=50 * 1024**3, ge=1024)  # a descriptor claiming more is refused unread
 
 
 class ChartSettings(_Model):

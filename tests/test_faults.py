@@ -15,7 +15,7 @@ from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import MiB, push_single
 from tests.faultproxy import Fault, FaultProxy, fault_proxy
-from tests.support import blob_exists, manifest_digest, with_client, write_config
+from tests.support import blob_exists, manifest_digest, requests_since, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
 BLOB = r"/blobs/sha256:"
@@ -142,7 +142,21 @@ def test_a_blob_corrupt_at_every_read_is_never_committed(
     assert f"blob {victim}: source sent" in err
     assert faults_applied(source_proxy, "corrupt") == 3
     assert not blob_exists(target, "mirrored/hami", victim)
+    # each abandoned upload session was cancelled at the registry rather than left to expire
+    cancelled = [e for e in target.access_log() if e.method == "DELETE" and "/blobs/uploads/" in e.path]
+    assert len(cancelled) == 3 and all(e.status == 204 for e in cancelled), cancelled
     assert manifest_digest(target, "mirrored/hami", VERSION) is None
+
+
+def test_a_descriptor_over_the_size_limit_is_refused_before_any_upload(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_release(source)
+    mark = len(target.access_log())
+    assert sync(tmp_path, source, target, transfer={"max_blob_size": 1024}) == 1
+    assert "over transfer.max_blob_size (1024)" in capsys.readouterr().err
+    assert not [e for e in requests_since(target, mark) if e.method in ("POST", "PATCH", "PUT")]
+    assert not [e for e in source.access_log() if e.method == "GET" and "/blobs/" in e.path]
 
 
 def large_image(source: LocalRegistry, size: int) -> str:

@@ -18,7 +18,8 @@ from mirror.engine.upload import (
     upload_whole,
 )
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient
+from mirror.registry import RegistryClient, UploadSession
+from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy, retry_step
 
 log = logging.getLogger("mirror")
@@ -44,6 +45,7 @@ class TargetBlobs:
     chunked_threshold: int
     upload_chunk_size: int
     shutdown: Shutdown = field(default_factory=Shutdown)
+    max_blob_size: int = 50 * 1024**3
     _present: dict[str, set[str]] = field(default_factory=dict)
     _first: dict[str, str] = field(default_factory=dict)  # digest -> the repository that transfers it
     _ensured: dict[tuple[str, str], asyncio.Task[BlobOutcome]] = field(default_factory=dict)
@@ -108,6 +110,10 @@ class TargetBlobs:
     async def _transfer(
         self, repository: str, blob: Descriptor, origin: BlobOrigin, on_bytes: Callable[[int], None] | None
     ) -> BlobOutcome:
+        if blob.size > self.max_blob_size:  # refused before any session is opened or byte is read
+            raise IntegrityError(
+                f"blob {blob.digest} claims {blob.size} bytes, over transfer.max_blob_size ({self.max_blob_size})"
+            )
         upload = BlobUpload(self.client, repository, blob, origin, on_bytes)
 
         async def attempt(number: int) -> BlobOutcome:
@@ -121,16 +127,11 @@ class TargetBlobs:
                     if on_bytes:
                         on_bytes(blob.size)
                     return BlobOutcome.MOUNTED
-                if blob.size >= self.chunked_threshold:
-                    try:
-                        await ChunkedUpload(upload, self.upload_chunk_size, self.policy, session).run()
-                        return BlobOutcome.UPLOADED
-                    except ChunkedUploadUnsupported as exc:
-                        log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
-                        session = await self.client.start_upload(repository)
-                        assert session is not None
-                await upload_whole(upload, session)
-                return BlobOutcome.UPLOADED
+                try:
+                    return await self._upload(upload, session)
+                except Exception:
+                    await self.client.cancel_upload(repository, session)  # let the registry drop it now
+                    raise
 
         # A streamed upload cannot be replayed: a transient failure restarts the step with a new session
         # (its POST also gets a fresh token if the old one was refused) and a fresh read of the source.
@@ -138,6 +139,19 @@ class TargetBlobs:
         outcome = await retry_step(self.policy, attempt, is_transient, where)
         self.record(repository, blob.digest)
         return outcome
+
+    async def _upload(self, upload: BlobUpload, session: UploadSession) -> BlobOutcome:
+        if upload.blob.size >= self.chunked_threshold:
+            try:
+                await ChunkedUpload(upload, self.upload_chunk_size, self.policy, session).run()
+                return BlobOutcome.UPLOADED
+            except ChunkedUploadUnsupported as exc:
+                log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
+                fresh = await self.client.start_upload(upload.repository)
+                assert fresh is not None
+                session = fresh
+        await upload_whole(upload, session)
+        return BlobOutcome.UPLOADED
 
 
 def _consume_exception(task: asyncio.Task[BlobOutcome]) -> None:

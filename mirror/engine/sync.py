@@ -97,6 +97,7 @@ class Syncer:
                 transfer.chunked_upload_threshold,
                 transfer.upload_chunk_size,
                 self.shutdown,
+                transfer.max_blob_size,
             )
         return state
 

@@ -24,6 +24,7 @@ log = logging.getLogger("mirror")
 
 MAX_TAG_PAGE_BYTES = 4 * 1024 * 1024
 MAX_TAG_PAGES = 1000
+CANCEL_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +287,15 @@ class RegistryClient:
             return None
         await raise_for_response(response, "check upload", where)
         return self._next_session(session, response), _range_end(response.headers.get("Range")) or 0
+
+    async def cancel_upload(self, repository: str, session: UploadSession) -> bool:
+        """Abandon an upload session so the registry can drop what it holds (best effort: a registry may not
+        allow it, and the session may be gone already). True when the registry confirmed."""
+        try:
+            response = await self.http.request("DELETE", session.url, timeout=CANCEL_TIMEOUT)
+        except httpx.HTTPError:
+            return False
+        return response.status_code in (200, 202, 204)
 
     def _next_session(self, session: UploadSession, response: httpx.Response) -> UploadSession:
         location = response.headers.get("Location")
