@@ -18,7 +18,7 @@ from mirror.engine.upload import (
     upload_whole,
 )
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient, UploadSession
+from mirror.registry import RegistryClient
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy, retry_step
 
@@ -115,11 +115,17 @@ class TargetBlobs:
                 f"blob {blob.digest} claims {blob.size} bytes, over transfer.max_blob_size ({self.max_blob_size})"
             )
         upload = BlobUpload(self.client, repository, blob, origin, on_bytes)
+        chunked: ChunkedUpload | None = None  # what a chunked upload's registry confirmed, across attempts
 
         async def attempt(number: int) -> BlobOutcome:
+            nonlocal chunked
             self.shutdown.check()
             async with self.transfer_limit:
                 self.shutdown.check()
+                if chunked is not None:  # resume where the registry says the last attempt got to
+                    await chunked.resume()
+                    await chunked.send()
+                    return BlobOutcome.UPLOADED
                 session = await self.client.start_upload(
                     repository, blob.digest, self.mount_source(repository, blob.digest)
                 )
@@ -127,31 +133,37 @@ class TargetBlobs:
                     if on_bytes:
                         on_bytes(blob.size)
                     return BlobOutcome.MOUNTED
+                if blob.size >= self.chunked_threshold:
+                    chunked = ChunkedUpload(upload, self.upload_chunk_size, session)
+                    try:
+                        await chunked.send()
+                        return BlobOutcome.UPLOADED
+                    except ChunkedUploadUnsupported as exc:
+                        log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
+                        chunked = None
+                        await self.client.cancel_upload(repository, session)
+                        fresh = await self.client.start_upload(repository)
+                        assert fresh is not None
+                        session = fresh
                 try:
-                    return await self._upload(upload, session)
+                    await upload_whole(upload, session)
                 except Exception:
-                    await self.client.cancel_upload(repository, session)  # let the registry drop it now
+                    await self.client.cancel_upload(repository, session)  # the next attempt starts a new one
                     raise
+                return BlobOutcome.UPLOADED
 
-        # A streamed upload cannot be replayed: a transient failure restarts the step with a new session
-        # (its POST also gets a fresh token if the old one was refused) and a fresh read of the source.
+        # One retry loop for every way a blob goes up: a streamed PUT cannot be replayed, so a transient
+        # failure restarts it with a new session (its POST also gets a fresh token if the old one was
+        # refused) and a fresh read of the source; a chunked upload resumes its session instead.
         where = f"blob {blob.digest} to {self.client.where(repository)}"
-        outcome = await retry_step(self.policy, attempt, is_transient, where)
+        try:
+            outcome = await retry_step(self.policy, attempt, is_transient, where)
+        except Exception:
+            if chunked is not None:  # given up: let the registry drop what the session holds
+                await self.client.cancel_upload(repository, chunked.session)
+            raise
         self.record(repository, blob.digest)
         return outcome
-
-    async def _upload(self, upload: BlobUpload, session: UploadSession) -> BlobOutcome:
-        if upload.blob.size >= self.chunked_threshold:
-            try:
-                await ChunkedUpload(upload, self.upload_chunk_size, self.policy, session).run()
-                return BlobOutcome.UPLOADED
-            except ChunkedUploadUnsupported as exc:
-                log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
-                fresh = await self.client.start_upload(upload.repository)
-                assert fresh is not None
-                session = fresh
-        await upload_whole(upload, session)
-        return BlobOutcome.UPLOADED
 
 
 def _consume_exception(task: asyncio.Task[BlobOutcome]) -> None:

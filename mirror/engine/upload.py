@@ -3,9 +3,7 @@ PATCH chunks that resume from the offset the registry reports after a failure.""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -17,7 +15,7 @@ from mirror.oci import Descriptor
 from mirror.registry import BlobBody, RegistryClient, RegistryError, RegistryUnreachable, UploadSession
 from mirror.registry.auth import AuthError
 from mirror.registry.errors import IntegrityError
-from mirror.registry.retry import RETRY_STATUSES, RetryPolicy
+from mirror.registry.retry import RETRY_STATUSES
 
 log = logging.getLogger("mirror")
 _NO_CHUNKS = frozenset({405, 501})
@@ -80,45 +78,41 @@ class ChunkedUploadUnsupported(Exception):
 
 @dataclass
 class ChunkedUpload:
-    """PATCH the blob in chunks. After a failed chunk, ask the session how much arrived and go on from
-    there (the source is re-read from the nearest confirmed offset, with a Range request where it can);
-    when the session is gone, start a new one. Bytes sent count in `sent`."""
+    """PATCH the blob in chunks. It keeps what the registry confirmed across attempts of the one retry loop
+    (`retry_step`): the next attempt calls `resume` (ask the session how much arrived, or start a new
+    session when it is gone) and sends from there, re-reading the source from the nearest confirmed offset
+    (with a Range request where it can). Bytes sent count in `sent`."""
 
     upload: BlobUpload
     chunk_size: int
-    policy: RetryPolicy
     session: UploadSession  # the latest confirmed session URL
     offset: int = 0  # bytes the registry confirmed
     sent: int = 0
     marks: list[tuple[int, Hasher]] = field(default_factory=lambda: [(0, new_hasher())])
 
-    async def run(self) -> None:
+    async def send(self) -> None:
+        """Send from the confirmed offset to the end and complete the upload."""
+        try:
+            await self._send_from()
+        except (RegistryError, RegistryUnreachable) as exc:
+            if self._unsupported(exc):
+                raise ChunkedUploadUnsupported(str(exc)) from exc
+            log.info("chunk upload of %s failed at %d bytes (%s)", self.upload.blob.digest, self.offset, exc)
+            raise
+        await self.upload.target.finish_upload(self.upload.repository, self.session, self.upload.blob.digest, 0, b"")
+
+    async def resume(self) -> None:
+        """Where did the last attempt leave the session? Go on from there, or start over in a new one."""
         target, repository = self.upload.target, self.upload.repository
-        started, attempt = time.monotonic(), 1
-        while True:
-            try:
-                await self._send_from()
-                break
-            except (RegistryError, RegistryUnreachable) as exc:
-                if self._unsupported(exc):
-                    raise ChunkedUploadUnsupported(str(exc)) from exc
-                delay = self.policy.backoff(attempt)
-                if not is_transient(exc) or not self.policy.allows(attempt, started, delay):
-                    raise
-                log.info(
-                    "chunk upload of %s failed at %d bytes (%s); resuming", self.upload.blob.digest, self.offset, exc
-                )
-            await asyncio.sleep(delay)
-            attempt += 1
-            status = await target.upload_status(repository, self.session)
-            if status is None:
-                log.info("upload session gone; starting a new one for %s", self.upload.blob.digest)
-                fresh = await target.start_upload(repository)
-                assert fresh is not None
-                self.session, self.offset, self.marks = fresh, 0, [(0, new_hasher())]
-            else:
-                self.session, self.offset = status
-        await target.finish_upload(repository, self.session, self.upload.blob.digest, 0, b"")
+        status = await target.upload_status(repository, self.session)
+        if status is None:
+            log.info("upload session gone; starting a new one for %s", self.upload.blob.digest)
+            fresh = await target.start_upload(repository)
+            assert fresh is not None
+            self.session, self.offset, self.marks = fresh, 0, [(0, new_hasher())]
+        else:
+            self.session, self.offset = status
+            log.info("resuming the upload of %s at %d bytes", self.upload.blob.digest, self.offset)
 
     def _unsupported(self, exc: BaseException) -> bool:
         return (
