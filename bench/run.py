@@ -38,7 +38,7 @@ import yaml
 from mirror.demo.localregistry import LocalRegistry, client_settings, start_registry
 from mirror.demo.procstat import Measured, run_measured
 from mirror.demo.sample import MiB, SampleBuilder
-from mirror.registry import RegistryClient
+from mirror.engine.clients import open_client
 
 VERSION = "v1.0.0"
 PLATFORMS = ("linux/amd64", "linux/arm64")
@@ -57,7 +57,7 @@ class ImageSet:
 async def build_set(registry: LocalRegistry, images: int, seed: int) -> ImageSet:
     """`images` images; every image shares a base layer, and each pair of platforms shares one more."""
     settings = client_settings(registry.host)
-    client = RegistryClient.open(registry.host, settings)
+    client = open_client(settings, registry.host)
     rng = random.Random(seed)
     base = rng.randbytes(24 * MiB)
     names, blobs = [], {}

@@ -44,8 +44,8 @@ from cryptography.x509.oid import NameOID
 from mirror.demo.localregistry import start_registry
 from mirror.demo.sample import MiB, push_multiarch, push_single
 from mirror.demo.samplechart import chart_repository, hami_chart
+from mirror.engine.clients import open_client
 from mirror.oci import Manifest
-from mirror.registry import RegistryClient
 from mirror.settings import MirrorSettings
 from tests.support import cdn_server, http_server
 from tests.tokenserver import token_server
@@ -140,7 +140,7 @@ def website(hits: list[str]) -> type[http.server.BaseHTTPRequestHandler]:
 
 async def seed(settings: MirrorSettings) -> dict[str, str]:
     """HAMi-shaped releases at the source, pushed with the publisher's credentials; returns tag -> digest."""
-    client = RegistryClient.open("registry-1.docker.io", settings)
+    client = open_client(settings, "registry-1.docker.io")
     try:
         hami = await push_multiarch(
             client, "projecthami/hami", "v2.10.0", shared_layers=(SHARED,), layer_sizes=(MiB,), seed=1

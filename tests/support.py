@@ -16,9 +16,10 @@ from typing import Any, Protocol, TypeVar
 import httpx
 import yaml
 
-from mirror.demo.localregistry import AccessEntry, LocalRegistry, client_settings
+from mirror.demo.localregistry import AccessEntry, LocalRegistry
 from mirror.oci import MANIFEST_ACCEPT
 from mirror.registry import RegistryClient
+from mirror.registry.options import ClientOptions
 
 T = TypeVar("T")
 
@@ -30,12 +31,11 @@ def run_async(make: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(runner())
 
 
-plain_settings = client_settings
 
 
 def with_client(registry: LocalRegistry, action: Callable[[RegistryClient], Awaitable[T]]) -> T:
     async def go() -> T:
-        client = RegistryClient.open(registry.host, plain_settings(registry.host))
+        client = RegistryClient.open(registry.host, ClientOptions(plain_http=True))
         try:
             return await action(client)
         finally:

@@ -25,7 +25,8 @@ from mirror.demo.sample import MiB
 from mirror.engine.verify import verify_copy
 from mirror.oci import DOCKER_CONFIG, OCI_MANIFEST, Manifest
 from mirror.registry import RegistryClient
-from tests.support import CdnServer, cdn_server, manifest_digest, plain_settings, with_client, write_config
+from mirror.registry.options import ClientOptions
+from tests.support import CdnServer, cdn_server, manifest_digest, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
 IMAGES = (("mirrored/hami", VERSION), ("mirrored/kube-webhook-certgen", "v1.1.1"))
@@ -264,7 +265,7 @@ def test_memory_stays_flat_in_blob_size(
 
 
 async def _exists(target: LocalRegistry, repository: str, digest: str) -> bool:
-    client = RegistryClient.open(target.host, plain_settings(target.host))
+    client = RegistryClient.open(target.host, ClientOptions(plain_http=True))
     try:
         return await client.head_blob(repository, digest) is not None
     finally:

@@ -22,7 +22,7 @@ import yaml
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.sample import SampleImage, push_multiarch
-from mirror.registry import RegistryClient
+from mirror.engine.clients import open_client
 from mirror.settings import MirrorSettings
 from tests.support import CdnServer, blob_exists, cdn_server, manifest_digest, write_config
 from tests.test_sync import SHARED, VERSION
@@ -62,7 +62,7 @@ def seed(source: LocalRegistry) -> tuple[SampleImage, SampleImage]:
     )
 
     async def push() -> tuple[SampleImage, SampleImage]:
-        client = RegistryClient.open(source.host, settings)
+        client = open_client(settings, source.host)
         try:
             hami = await push_multiarch(
                 client, "projecthami/hami", VERSION, shared_layers=(SHARED,), layer_sizes=(1 << 20,), seed=1

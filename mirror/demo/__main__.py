@@ -21,7 +21,7 @@ import yaml
 from mirror.demo.localregistry import start_registry
 from mirror.demo.sample import MiB, push_multiarch, push_single
 from mirror.demo.samplechart import chart_repository, hami_chart
-from mirror.registry import RegistryClient
+from mirror.engine.clients import open_client
 from mirror.settings import MirrorSettings
 
 VERSION = "v2.10.0"
@@ -39,7 +39,7 @@ def demo_config(source_host: str, target_host: str, output_dir: Path, charts: st
 
 async def seed_source(host: str, settings: MirrorSettings) -> None:
     """Every Docker Hub image the sample chart can run."""
-    client = RegistryClient.open(host, settings)
+    client = open_client(settings, host)
     try:
         hami = await push_multiarch(client, "projecthami/hami", VERSION, layer_sizes=(8 * MiB, 3 * MiB), seed=1)
         certgen = await push_multiarch(client, "liangjw/kube-webhook-certgen", "v1.1.1", docker=True, seed=2)

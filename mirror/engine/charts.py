@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from mirror.chart.archive import ChartArchive
 from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts
-from mirror.engine.clients import Clients
-from mirror.registry.retry import RetryPolicy
+from mirror.engine.clients import Clients, retry_policy
 from mirror.release import chart_version
 from mirror.settings import MirrorSettings
 
@@ -18,9 +17,7 @@ def chart_location(settings: MirrorSettings) -> ChartLocation:
 
 def fetch_limits(settings: MirrorSettings) -> FetchLimits:
     assert settings.chart is not None
-    return FetchLimits(
-        settings.chart.max_bytes, settings.transfer.read_timeout, RetryPolicy.from_settings(settings.retry)
-    )
+    return FetchLimits(settings.chart.max_bytes, settings.transfer.read_timeout, retry_policy(settings.retry))
 
 
 async def fetch_release_charts(

@@ -13,7 +13,7 @@ from mirror import acr
 from mirror.chart.archive import ChartError
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.charts import fetch_release_charts
-from mirror.engine.clients import Clients
+from mirror.engine.clients import Clients, open_client, retry_policy
 from mirror.engine.copy import copy_to_target
 from mirror.engine.deliver import Delivery, deliver
 from mirror.engine.discover import DiscoveryError, discover, discovery_host
@@ -33,7 +33,6 @@ from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 from mirror.registry.budget import BudgetExhausted
 from mirror.registry.credentials import CredentialError
 from mirror.registry.errors import IntegrityError
-from mirror.registry.retry import RetryPolicy
 from mirror.release import version_key
 from mirror.report import ImageResult, ReleaseResult, TargetResult
 from mirror.settings import MirrorSettings
@@ -93,7 +92,7 @@ class Syncer:
                 self.clients[host],
                 self._transfer_limit,
                 repositories,
-                RetryPolicy.from_settings(retry),
+                retry_policy(retry),
                 transfer.chunked_upload_threshold,
                 transfer.upload_chunk_size,
                 self.shutdown,
@@ -273,7 +272,7 @@ class Syncer:
     def _anonymous_client(self, host: str) -> RegistryClient:
         client = self._anonymous.get(host)
         if client is None:
-            client = self._anonymous[host] = RegistryClient.open(host, self.settings, anonymous=True)
+            client = self._anonymous[host] = open_client(self.settings, host, anonymous=True)
         return client
 
     async def _verify(

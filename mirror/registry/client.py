@@ -16,9 +16,9 @@ from mirror.oci import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest
 from mirror.reference import api_host, is_valid_digest
 from mirror.registry.budget import PullBudget
 from mirror.registry.errors import IntegrityError, RegistryError, RegistryUnreachable, raise_for_response
+from mirror.registry.options import ClientOptions
 from mirror.registry.ratelimit import RateLimit, read_rate_limit
 from mirror.registry.transport import open_http_client
-from mirror.settings import MirrorSettings
 
 log = logging.getLogger("mirror")
 
@@ -75,15 +75,13 @@ class RegistryClient:
             self.budget.note(budget)
 
     @classmethod
-    def open(cls, host: str, settings: MirrorSettings, anonymous: bool = False) -> RegistryClient:
-        """A client for `host` (a name as configured: Docker Hub's aliases are sent to its API host);
-        `anonymous` ignores every credential source (to see what a node sees)."""
+    def open(cls, host: str, options: ClientOptions | None = None) -> RegistryClient:
+        """A client for `host` (a name as configured: Docker Hub's aliases are sent to its API host)."""
         host = api_host(host)
-        http = open_http_client(
-            host, settings.registry(host), settings.transfer, settings.retry, settings.docker_config, anonymous
-        )
-        pull = settings.pull_budget
-        return cls(host, http, settings.transfer.chunk_size, PullBudget(pull.floor, pull.max_wait, pull.poll_interval))
+        options = options or ClientOptions()
+        pull = options.pull_budget
+        budget = PullBudget(pull.floor, pull.max_wait, pull.poll_interval)
+        return cls(host, open_http_client(host, options), options.chunk_size, budget)
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -15,12 +15,12 @@ import base64
 import binascii
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mirror.reference import DOCKER_HUB_API_HOST, api_host
-from mirror.settings import RegistrySettings
 
 DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
 HELPER_TIMEOUT = 30.0
@@ -85,11 +85,13 @@ def load_docker_config(path: Path) -> DockerConfig:
     )
 
 
-async def resolve_credentials(host: str, settings: RegistrySettings, docker_config: Path | None) -> Credentials | None:
+async def resolve_credentials(
+    host: str, username: str | None, password_source: Callable[[], str | None] | None, docker_config: Path | None
+) -> Credentials | None:
     """The credentials for `host`, or None for anonymous access."""
-    password = settings.password_value()
-    if settings.username and password is not None:
-        return Credentials(settings.username, password, origin="config")
+    password = password_source() if password_source else None
+    if username and password is not None:
+        return Credentials(username, password, origin="config")
     path = docker_config_path(docker_config)
     if path is None:
         return None

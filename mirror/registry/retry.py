@@ -16,8 +16,6 @@ from typing import TypeVar
 
 import httpx
 
-from mirror.settings import RetrySettings
-
 log = logging.getLogger("mirror")
 T = TypeVar("T")
 
@@ -41,10 +39,6 @@ class RetryPolicy:
     base_delay: float = 0.5
     max_delay: float = 30.0
     max_elapsed: float = 300.0
-
-    @classmethod
-    def from_settings(cls, settings: RetrySettings) -> RetryPolicy:
-        return cls(settings.attempts, settings.base_delay, settings.max_delay, settings.max_elapsed)
 
     def backoff(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before try number `attempt + 1` (attempt counts from 1)."""

@@ -2,43 +2,35 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 
 from mirror import __version__
 from mirror.registry.auth import RegistryAuth
 from mirror.registry.credentials import Credentials, resolve_credentials
-from mirror.registry.retry import RetryPolicy, RetryTransport
-from mirror.settings import RegistrySettings, RetrySettings, TransferSettings
+from mirror.registry.options import ClientOptions
+from mirror.registry.retry import RetryTransport
 
 USER_AGENT = f"mirror/{__version__}"
 
 
-def base_url(host: str, settings: RegistrySettings) -> str:
-    return f"{'http' if settings.plain_http else 'https'}://{host}"
+def base_url(host: str, plain_http: bool) -> str:
+    return f"{'http' if plain_http else 'https'}://{host}"
 
 
-def open_http_client(
-    host: str,
-    settings: RegistrySettings,
-    transfer: TransferSettings,
-    retry: RetrySettings,
-    docker_config: Path | None = None,
-    anonymous: bool = False,
-) -> httpx.AsyncClient:
+def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
     async def credentials() -> Credentials | None:
-        return None if anonymous else await resolve_credentials(host, settings, docker_config)
+        if options.anonymous:
+            return None
+        return await resolve_credentials(host, options.username, options.password, options.docker_config)
 
-    limits = httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections)
+    limits = httpx.Limits(max_connections=options.max_connections, max_keepalive_connections=options.max_connections)
     # A plain-HTTP registry never uses TLS: skip loading the CA bundle (tens of milliseconds at start-up).
-    connections = httpx.AsyncHTTPTransport(limits=limits, verify=not settings.plain_http)
-    transport = RetryTransport(connections, RetryPolicy.from_settings(retry))
+    connections = httpx.AsyncHTTPTransport(limits=limits, verify=not options.plain_http)
     return httpx.AsyncClient(
-        base_url=base_url(host, settings),
-        transport=transport,
+        base_url=base_url(host, options.plain_http),
+        transport=RetryTransport(connections, options.retry),
         auth=RegistryAuth(host, credentials),
         headers={"User-Agent": USER_AGENT},
-        timeout=httpx.Timeout(transfer.read_timeout, connect=transfer.connect_timeout),
+        timeout=httpx.Timeout(options.read_timeout, connect=options.connect_timeout),
         follow_redirects=False,
     )

@@ -1,0 +1,34 @@
+"""How to talk to one registry host, as plain values: the wire knows nothing of the application's settings.
+`mirror.engine.clients` builds these from the config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mirror.registry.retry import RetryPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class PullBudgetOptions:
+    """Docker Hub's pull budget: manifest GETs pause when `ratelimit-remaining` reaches `floor`."""
+
+    floor: int = 0
+    max_wait: float = 0.0
+    poll_interval: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    plain_http: bool = False
+    max_connections: int = 16
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
+    chunk_size: int = 1024 * 1024  # read buffer for blob bodies
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    pull_budget: PullBudgetOptions = field(default_factory=PullBudgetOptions)
+    username: str | None = None
+    password: Callable[[], str | None] | None = field(default=None, repr=False)  # read when first needed
+    docker_config: Path | None = None  # a docker config.json; default: $DOCKER_CONFIG, ~/.docker
+    anonymous: bool = False  # ignore every credential source: see what a node without credentials sees
