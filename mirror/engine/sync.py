@@ -14,7 +14,7 @@ from mirror.chart.archive import ChartError
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.charts import fetch_release_charts
 from mirror.engine.clients import Clients, open_client, retry_policy
-from mirror.engine.copy import copy_to_target
+from mirror.engine.copy import CopyStats, copy_to_target
 from mirror.engine.deliver import Delivery, deliver
 from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.fanout import Spool
@@ -47,6 +47,15 @@ EXPECTED_FAILURES = (
     BudgetExhausted,
     Interrupted,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a target tag needs: nothing (`current`: the digest it verifiably holds), a copy (neither field),
+    or to be left alone (`drift`: why)."""
+
+    current: str | None = None
+    drift: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,32 +188,69 @@ class Syncer:
         return result
 
     async def _copy_and_verify(self, job: ImageJob, ref: TargetRef, resolved: Descriptor, result: TargetResult) -> None:
+        """Decide what the target needs, copy what is missing, verify, and record each step in `result`."""
         client = self.clients[ref.repository.registry]
-        repository = ref.repository.name
         label = f"{job.image.name}:{job.tag} -> {ref.name}"
+        decision = await self._decide(job, ref, resolved, client, label)
+        if decision.drift:
+            result.error = decision.drift
+            return
+        if decision.current is not None:
+            result.action, result.digest, result.verified = "up-to-date", decision.current, True
+            if decision.current != resolved.digest:
+                result.rewrite = {"source_digest": resolved.digest, "target_digest": decision.current}
+        else:
+            stats = await self._copy(job, ref, resolved, client, result, label)
+            if stats is None:  # a dry run: planned only
+                return
+            self._record_copy(result, stats, resolved, label)
+            expected_children = [d.digest for d in stats.root.manifests] if stats.root.is_index else None
+            check = await self._verify(
+                client, ref.repository.name, job.tag, stats.root.digest, expected_children, tag_only=True
+            )
+            if not check.ok:
+                result.error = "verification failed: " + "; ".join(check.problems[:3])
+                return
+            result.verified = True
+            self.progress.event(f"{label}: copied and verified ({stats.root.digest[:19]})")
+        await self._check_pullable(ref, job.tag, result)  # the values' pull secret depends on it, every run
+
+    async def _decide(
+        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, client: RegistryClient, label: str
+    ) -> Decision:
+        """Is the target tag already a verified copy of the source (or mirror's rewrite of it), something
+        else (drift), or missing or incomplete (copy)?"""
+        repository = ref.repository.name
         current = await client.head_manifest(repository, job.tag)
-        if current is not None:
-            expected = await self._expected_digest(client, repository, current.digest, resolved.digest)
-            if current.digest == expected and self.options.trust_matching_tags:
-                result.action, result.digest, result.verified = "up-to-date", expected, True
-                await self._check_pullable(ref, job.tag, result)  # the values' pull secret depends on it
-                return
-            if current.digest == expected:
-                check = await self._verify(client, repository, job.tag, expected)
-                if check.ok:
-                    result.action, result.digest, result.verified = "up-to-date", expected, True
-                    if expected != resolved.digest:
-                        result.rewrite = {"source_digest": resolved.digest, "target_digest": expected}
-                    self.progress.event(f"{label}: up to date, verified ({expected[:19]})")
-                    await self._check_pullable(ref, job.tag, result)
-                    return
-                self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
-            elif not self.options.force:
-                result.error = (
-                    f"drift: {ref.repository}:{job.tag} points at {current.digest}, the source at "
-                    f"{resolved.digest}; left alone (release tags should not move; --force overwrites)"
-                )
-                return
+        if current is None:
+            return Decision()
+        expected = await self._expected_digest(client, repository, current.digest, resolved.digest)
+        if current.digest == expected and self.options.trust_matching_tags:
+            return Decision(current=expected)
+        if current.digest == expected:
+            check = await self._verify(client, repository, job.tag, expected, resolved=current)
+            if check.ok:
+                self.progress.event(f"{label}: up to date, verified ({expected[:19]})")
+                return Decision(current=expected)
+            self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
+            return Decision()
+        if self.options.force:
+            return Decision()
+        return Decision(
+            drift=f"drift: {ref.repository}:{job.tag} points at {current.digest}, the source at "
+            f"{resolved.digest}; left alone (release tags should not move; --force overwrites)"
+        )
+
+    async def _copy(
+        self,
+        job: ImageJob,
+        ref: TargetRef,
+        resolved: Descriptor,
+        client: RegistryClient,
+        result: TargetResult,
+        label: str,
+    ) -> CopyStats | None:
+        """Plan against the target and push what it lacks, the tag last. None for a dry run."""
         source_tree = await asyncio.shield(self.source_tree(job, resolved.digest))
         platforms = list(job.image.platforms or ref.target.platforms or []) or None
         tree, dropped = apply_policy(source_tree, ref.target.attestations, platforms)
@@ -214,10 +260,10 @@ class Syncer:
         if self.options.dry_run:
             result.action = "planned"
             self.progress.event(f"{label}: would {plan.describe()}")
-            return
+            return None
         self.progress.event(f"{label}: {plan.describe()}")
         self.progress.expect(plan.bytes_to_copy)
-        stats = await copy_to_target(
+        return await copy_to_target(
             plan,
             job.tag,
             self.origin_for(job),
@@ -227,6 +273,8 @@ class Syncer:
             ref.target.attestations,
             self.progress.advance,
         )
+
+    def _record_copy(self, result: TargetResult, stats: CopyStats, resolved: Descriptor, label: str) -> None:
         result.action = "copied"
         result.blobs = {outcome.value: stats.counts[outcome] for outcome in BlobOutcome}
         result.bytes_uploaded = stats.bytes_uploaded
@@ -241,14 +289,6 @@ class Syncer:
                 f"{label}: index rewritten {resolved.digest[:19]} -> {stats.root.digest[:19]}, left out "
                 + "; ".join(f"{d.digest[:19]} ({d.platform}: {d.reason})" for d in stats.dropped)
             )
-        expected_children = [d.digest for d in stats.root.manifests] if stats.root.is_index else None
-        check = await self._verify(client, repository, job.tag, stats.root.digest, expected_children)
-        if not check.ok:
-            result.error = "verification failed: " + "; ".join(check.problems[:3])
-            return
-        result.verified = True
-        self.progress.event(f"{label}: copied and verified ({stats.root.digest[:19]})")
-        await self._check_pullable(ref, job.tag, result)
 
     async def _expected_digest(self, client: RegistryClient, repository: str, current: str, source: str) -> str:
         """What the target tag should point at: the source digest, or a rewrite of it made by this tool
@@ -276,10 +316,18 @@ class Syncer:
         return client
 
     async def _verify(
-        self, client: RegistryClient, repository: str, tag: str, digest: str, children: list[str] | None = None
+        self,
+        client: RegistryClient,
+        repository: str,
+        tag: str,
+        digest: str,
+        children: list[str] | None = None,
+        resolved: Descriptor | None = None,
+        tag_only: bool = False,
     ) -> Verification:
+        concurrency = self.settings.transfer.manifest_concurrency
         return await verify_copy(
-            client, repository, tag, digest, self.options.deep, self.settings.transfer.manifest_concurrency, children
+            client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only
         )
 
 

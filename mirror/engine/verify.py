@@ -29,14 +29,20 @@ async def verify_copy(
     deep: bool = False,
     concurrency: int = 8,
     children: list[str] | None = None,
+    resolved: Descriptor | None = None,
+    tag_only: bool = False,
 ) -> Verification:
-    """`children`, when given, is exactly the list of child digests the index must hold."""
+    """`children`, when given, is exactly the list of child digests the index must hold; `resolved`, the
+    tag's descriptor when the caller has just read it (no second HEAD); `tag_only`, after a copy whose every
+    push the registry confirmed (digests checked), asks only that the tag resolves to the root."""
     where = client.where(repository, tag)
-    resolved = await client.head_manifest(repository, tag)
+    resolved = resolved or await client.head_manifest(repository, tag)
     if resolved is None:
         return Verification((f"{where}: tag not found",))
     if resolved.digest != digest:
         return Verification((f"{where}: tag resolves to {resolved.digest}, expected {digest}",))
+    if tag_only and not deep:
+        return Verification(())
     try:
         tree = await load_tree(client, repository, digest, concurrency)
     except RegistryError as exc:
