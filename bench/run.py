@@ -9,9 +9,15 @@ images), then measures, alternating the tools each round:
 2. no-op re-sync: wall time and source requests by kind, from the source registry's access log;
 3. fan-out to 3 targets: source bytes read and wall time, mirror (one run) vs skopeo (three runs);
 4. peak RSS of each (VmHWM);
-5. scaling: the cold copy at 1x, 2x and 4x the set.
+5. scaling: the cold copy at 1x and 5x the set, and the no-op re-sync of the largest;
+6. start-up: `mirror --help` and loading the config;
+7. a simulated cross-border link (`--link cross-border`): a TCP proxy of ours in front of each registry
+   (source 10 ms round trip; target 80 ms and 200 Mbit/s per connection); cold copy, no-op and fan-out to
+   three regions, with every request counted by kind from the registries' access logs.
 
-    python bench/run.py [--rounds 3] [--scales 1,2,4] [--out bench/results]
+Every goal is printed at the end with mirror and skopeo side by side.
+
+    python bench/run.py [--rounds 3] [--images 2] [--scales 1,5] [--link both] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import yaml
+from linkproxy import LinkProxy, LinkShape
 
-from mirror.demo.localregistry import LocalRegistry, client_settings, start_registry
+from mirror.demo.localregistry import AccessEntry, LocalRegistry, client_settings, start_registry
 from mirror.demo.procstat import Measured, run_measured
 from mirror.demo.sample import MiB, SampleBuilder
 from mirror.engine.clients import open_client
@@ -84,11 +92,17 @@ async def build_set(registry: LocalRegistry, images: int, seed: int) -> ImageSet
     return ImageSet(names, blobs)
 
 
-def mirror_config(path: Path, source: LocalRegistry, targets: list[LocalRegistry], images: ImageSet) -> Path:
+class HasHost(Protocol):
+    @property
+    def host(self) -> str: ...
+
+
+def mirror_config(path: Path, source: HasHost, targets: list[Any], images: ImageSet) -> Path:
     config = {
         "source": {"registry": source.host},
         "targets": [{"name": f"t{i}", "registry": t.host, "namespace": "mirrored"} for i, t in enumerate(targets)],
         "images": [{"name": n.split("/")[1], "source": n, "tag": "{version}"} for n in images.names],
+        "values": {"unmirrored": "warn"},  # the bench images are not HAMi's
         "output_dir": str(path.parent / "out"),
         "registries": {r.host: {"plain_http": True} for r in [source, *targets]},
         "lock_dir": str(path.parent / "locks"),
@@ -105,7 +119,7 @@ def run_mirror(config: Path) -> Measured:
     return result
 
 
-def run_skopeo(source: LocalRegistry, targets: list[LocalRegistry], images: ImageSet) -> Measured:
+def run_skopeo(source: Any, targets: list[Any], images: ImageSet) -> Measured:
     """One `skopeo copy --all` per image per target, one after the other: today's procedure."""
     seconds, peak = 0.0, 0.0
     for target in targets:
@@ -116,6 +130,7 @@ def run_skopeo(source: LocalRegistry, targets: list[LocalRegistry], images: Imag
                     "copy",
                     "--all",
                     "--quiet",
+                    "--preserve-digests",
                     "--src-tls-verify=false",
                     "--dest-tls-verify=false",
                     f"docker://{source.host}/{name}:{VERSION}",
@@ -242,11 +257,170 @@ def machine() -> str:
     )
 
 
+def requests_by_kind(entries: list[AccessEntry]) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for entry in entries:
+        if entry.method == "GET" and "/manifests/" in entry.path:
+            kind = "GET manifest"
+        elif entry.method == "GET" and "/blobs/uploads/" not in entry.path and "/blobs/" in entry.path:
+            kind = "GET blob"
+        elif entry.method == "HEAD":
+            kind = "HEAD"
+        else:
+            kind = entry.method
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+def describe_kinds(kinds: dict[str, int]) -> str:
+    return ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
+
+
+@dataclass
+class Linked:
+    """A registry behind a simulated link: the tools talk to `host`, the access log is the registry's."""
+
+    registry: LocalRegistry
+    proxy: LinkProxy
+
+    @property
+    def host(self) -> str:
+        return self.proxy.host
+
+    def stop(self) -> None:
+        self.proxy.stop()
+
+
+SOURCE_LINK = LinkShape(round_trip=0.010)
+TARGET_LINK = LinkShape(round_trip=0.080, bytes_per_second=200e6 / 8)
+
+
+@dataclass
+class Goal:
+    name: str
+    mirror: float
+    skopeo: float | None
+    limit: float  # the most mirror may take: a ratio to skopeo, or seconds when skopeo is None
+    unit: str = "x"
+
+    @property
+    def value(self) -> float:
+        return self.mirror / self.skopeo if self.skopeo else self.mirror
+
+    @property
+    def met(self) -> bool:
+        return self.value <= self.limit
+
+    def row(self) -> str:
+        measured = f"{self.value:.2f}{self.unit}"
+        skopeo = f"{self.skopeo:.2f} s" if self.skopeo is not None else "-"
+        verdict = "met" if self.met else f"MISSED by {self.value - self.limit:.2f}{self.unit}"
+        return f"| {self.name} | {self.mirror:.2f} s | {skopeo} | {measured} | <= {self.limit}{self.unit} | {verdict} |"
+
+
+def startup(rounds: int, config: Path) -> tuple[float, float]:
+    """Median wall seconds of `mirror --help` and of loading the config in a fresh interpreter."""
+    load = f"from mirror.settings import load_settings; load_settings(__import__('pathlib').Path({str(config)!r}))"
+    helps, loads = Series(), Series()
+    for _ in range(max(rounds, 5)):
+        helps.add(run_measured([sys.executable, "-m", "mirror", "--help"]).seconds)
+        loads.add(run_measured([sys.executable, "-c", load]).seconds)
+    return helps.median, loads.median
+
+
+def cross_border(
+    bench: Bench, work: Path, image_set: ImageSet, source: LocalRegistry, rounds: int
+) -> tuple[list[str], list[Goal]]:
+    """Cold copy, no-op and fan-out over simulated links, with every request counted by kind."""
+    linked_source = Linked(source, LinkProxy(source.port, SOURCE_LINK).start())
+    cold = {"mirror": Series(), "skopeo": Series()}
+    noop = {"mirror": Series(), "skopeo": Series()}
+    fan = {"mirror": Series(), "skopeo": Series()}
+    cold_kinds: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+    noop_kinds: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+    fan_bytes: dict[str, int] = {}
+
+    def linked_target(label: str) -> Linked:
+        registry = bench.registry(label)
+        return Linked(registry, LinkProxy(registry.port, TARGET_LINK).start())
+
+    try:
+        for round_number in range(rounds):
+            order = ["mirror", "skopeo"] if round_number % 2 == 0 else ["skopeo", "mirror"]
+            for tool in order:
+                target = linked_target(f"{tool}-far")
+                config = mirror_config(work / f"far-{tool}-{round_number}.yaml", linked_source, [target], image_set)
+                for series, kinds in ((cold, cold_kinds), (noop, noop_kinds)):
+                    marks = len(source.access_log()), len(target.registry.access_log())
+                    run = run_mirror(config) if tool == "mirror" else run_skopeo(linked_source, [target], image_set)
+                    series[tool].add(run.seconds)
+                    kinds[tool] = (
+                        requests_by_kind(source.access_log()[marks[0] :]),
+                        requests_by_kind(target.registry.access_log()[marks[1] :]),
+                    )
+                target.stop()
+                bench.drop(target.registry)
+            print(
+                f"cross-border round {round_number + 1}: cold mirror {cold['mirror'].values[-1]:.2f} s, "
+                f"skopeo {cold['skopeo'].values[-1]:.2f} s; no-op {noop['mirror'].values[-1]:.2f} / "
+                f"{noop['skopeo'].values[-1]:.2f} s",
+                flush=True,
+            )
+        for round_number in range(rounds):
+            order = ["mirror", "skopeo"] if round_number % 2 == 0 else ["skopeo", "mirror"]
+            for tool in order:
+                targets = [linked_target(f"{tool}-far-fan") for _ in range(3)]
+                mark = len(source.access_log())
+                if tool == "mirror":
+                    config = mirror_config(work / f"far-fan-{round_number}.yaml", linked_source, targets, image_set)
+                    result = run_mirror(config)
+                else:
+                    result = run_skopeo(linked_source, targets, image_set)
+                fan[tool].add(result.seconds)
+                fan_bytes[tool] = source_requests(source, mark).blob_bytes
+                for target in targets:
+                    target.stop()
+                    bench.drop(target.registry)
+    finally:
+        linked_source.stop()
+    lines = [
+        "## Cross-border simulation",
+        "",
+        f"Source link: {SOURCE_LINK.describe()}; target link: {TARGET_LINK.describe()} (a TCP proxy of ours in "
+        "front of each registry, delaying each direction, pipelined). Requests counted from the registries' "
+        "access logs (last round).",
+        "",
+        "| | seconds | vs skopeo | source requests | target requests |",
+        "|---|---|---|---|---|",
+    ]
+    for label, series, kinds in (("cold", cold, cold_kinds), ("no-op", noop, noop_kinds)):
+        for tool in ("mirror", "skopeo"):
+            ratio = series[tool].median / series["skopeo"].median
+            source_kinds, target_kinds = kinds[tool]
+            lines.append(
+                f"| {label}: {tool} | {series[tool]} | {ratio:.2f}x | {describe_kinds(source_kinds)} "
+                f"| {describe_kinds(target_kinds)} |"
+            )
+    lines += [
+        f"| fan-out to 3: mirror | {fan['mirror']} | {fan['mirror'].median / fan['skopeo'].median:.2f}x "
+        f"| {fan_bytes['mirror'] / 1e6:.0f} MB of blobs read | |",
+        f"| fan-out to 3: skopeo | {fan['skopeo']} | 1.00x | {fan_bytes['skopeo'] / 1e6:.0f} MB of blobs read | |",
+        "",
+    ]
+    goals = [
+        Goal("cross-border cold copy", cold["mirror"].median, cold["skopeo"].median, 0.4),
+        Goal("cross-border no-op", noop["mirror"].median, noop["skopeo"].median, 0.15),
+        Goal("cross-border fan-out to 3 (source read once)", fan["mirror"].median, fan["skopeo"].median, 0.3),
+    ]
+    return lines, goals
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--images", type=int, default=3, help="images in the 1x set")
-    parser.add_argument("--scales", default="1,2,4")
+    parser.add_argument("--images", type=int, default=2, help="images in the 1x set")
+    parser.add_argument("--scales", default="1,5")
+    parser.add_argument("--link", choices=["loopback", "cross-border", "both"], default="both")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     if not shutil.which("skopeo") or not shutil.which("curl"):
@@ -308,22 +482,33 @@ def main() -> int:
         print("fan-out done", flush=True)
 
         scaling: list[tuple[int, float, float, float]] = []
+        largest_noop: dict[str, float] = {}
+        largest_images = 0
         for scale in [int(s) for s in args.scales.split(",")]:
             scaled_source = bench.registry(f"source-x{scale}")
             scaled = asyncio.run(build_set(scaled_source, args.images * scale, seed=10 + scale))
-            times = {}
+            times, noops = {}, {}
             for tool in ("mirror", "skopeo"):
                 target = bench.registry(f"{tool}-x{scale}")
-                if tool == "mirror":
-                    result = run_mirror(mirror_config(work / f"x{scale}.yaml", scaled_source, [target], scaled))
-                else:
-                    result = run_skopeo(scaled_source, [target], scaled)
+                config = mirror_config(work / f"x{scale}.yaml", scaled_source, [target], scaled)
+                result = run_mirror(config) if tool == "mirror" else run_skopeo(scaled_source, [target], scaled)
                 times[tool] = result.seconds
                 rss[tool].add(result.peak_rss_mb)
+                again = run_mirror(config) if tool == "mirror" else run_skopeo(scaled_source, [target], scaled)
+                noops[tool] = again.seconds
                 bench.drop(target)
             scaling.append((scale, scaled.total_bytes / 1e6, times["mirror"], times["skopeo"]))
+            largest_noop, largest_images = noops, len(scaled.names)
             bench.drop(scaled_source)
             print(f"scale {scale}x: mirror {times['mirror']:.2f} s, skopeo {times['skopeo']:.2f} s", flush=True)
+
+        help_seconds, load_seconds = startup(
+            args.rounds, mirror_config(work / "startup.yaml", source, [source], image_set)
+        )
+        far_lines: list[str] = []
+        far_goals: list[Goal] = []
+        if args.link in ("cross-border", "both"):
+            far_lines, far_goals = cross_border(bench, work, image_set, source, args.rounds)
 
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         lines += [
@@ -380,6 +565,24 @@ def main() -> int:
             lines.append(
                 f"| {scale}x | {megabytes:.0f} | {mirror_s:.2f} | {skopeo_s:.2f} | {mirror_s / skopeo_s:.2f}x |"
             )
+        lines += ["", *far_lines]
+        goals = [
+            Goal("start-up: mirror --help", help_seconds, None, 0.15, " s"),
+            Goal("start-up: loading the config", load_seconds, None, 0.15, " s"),
+            Goal("loopback cold copy", cold["mirror"].median, cold["skopeo"].median, 0.8),
+            Goal(f"loopback no-op, {len(image_set.names)} images", noop["mirror"].median, noop["skopeo"].median, 1.0),
+            Goal(f"loopback no-op, {largest_images} images", largest_noop["mirror"], largest_noop["skopeo"], 0.3),
+            *far_goals,
+        ]
+        lines += [
+            "## Goals",
+            "",
+            "| goal | mirror | skopeo | measured | limit | |",
+            "|---|---|---|---|---|---|",
+            *(goal.row() for goal in goals),
+            f"| peak RSS (1 GiB layer: tests/test_crash.py) | {max(rss['mirror'].values):.0f} MB | "
+            f"{max(rss['skopeo'].values):.0f} MB | | < 100 MB | {'met' if max(rss['mirror'].values) < 100 else 'MISSED'} |",
+        ]
     finally:
         bench.close()
         shutil.rmtree(work, ignore_errors=True)
