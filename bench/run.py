@@ -48,7 +48,7 @@ from mirror.demo.procstat import Measured, run_measured
 from mirror.demo.sample import MiB, SampleBuilder
 from mirror.engine.clients import open_client
 
-VERSION = "v1.0.0"
+VERSION = "v2.10.0"  # a HAMi release version: values are written for charts 2.7.0 and later
 PLATFORMS = ("linux/amd64", "linux/arm64")
 
 
