@@ -157,17 +157,29 @@ class Syncer:
     async def run_image(self, job: ImageJob) -> ImageResult:
         result = ImageResult(job.image.name, job.source_ref)
         source = self.clients[job.source.registry]
+        # The target tags are asked for while the source answers: a round trip saved on every image.
+        current = {ref.name: self._head_target_tag(job, ref) for ref in job.targets}
         try:
             resolved = await source.head_manifest(job.source.name, job.tag)
         except EXPECTED_FAILURES as exc:
             result.error = str(exc)
-            return result
-        if resolved is None:
+        if result.error is None and resolved is None:
             result.error = f"{job.source_ref}: tag not found at the source"
+        if result.error is not None or resolved is None:
+            for task in current.values():
+                task.cancel()
+            await asyncio.gather(*current.values(), return_exceptions=True)
             return result
         result.source_digest = resolved.digest
-        result.targets = list(await asyncio.gather(*(self.run_target(job, ref, resolved) for ref in job.targets)))
+        runs = (self.run_target(job, ref, resolved, current[ref.name]) for ref in job.targets)
+        result.targets = list(await asyncio.gather(*runs))
         return result
+
+    def _head_target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
+        client = self.clients[ref.repository.registry]
+        task = asyncio.ensure_future(client.head_manifest(ref.repository.name, job.tag))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read by run_target, or dropped
+        return task
 
     def source_tree(self, job: ImageJob, digest: str) -> asyncio.Task[ManifestTree]:
         task = self._trees.get(digest)
@@ -177,51 +189,75 @@ class Syncer:
             task = self._trees[digest] = asyncio.ensure_future(load_tree(source, job.source.name, digest, concurrency))
         return task
 
-    async def run_target(self, job: ImageJob, ref: TargetRef, resolved: Descriptor) -> TargetResult:
+    async def run_target(
+        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: asyncio.Task[Descriptor | None]
+    ) -> TargetResult:
         result = TargetResult(ref.name, f"{ref.repository}:{job.tag}")
         try:
-            await self._copy_and_verify(job, ref, resolved, result)
+            await self._copy_and_verify(job, ref, resolved, current, result)
         except EXPECTED_FAILURES as exc:
             result.action, result.error = "failed", str(exc)
         if result.error:
             self.progress.event(f"{job.image.name}:{job.tag} -> {ref.name}: FAILED: {result.error}")
         return result
 
-    async def _copy_and_verify(self, job: ImageJob, ref: TargetRef, resolved: Descriptor, result: TargetResult) -> None:
-        """Decide what the target needs, copy what is missing, verify, and record each step in `result`."""
+    async def _copy_and_verify(
+        self,
+        job: ImageJob,
+        ref: TargetRef,
+        resolved: Descriptor,
+        current: asyncio.Task[Descriptor | None],
+        result: TargetResult,
+    ) -> None:
+        """Decide what the target needs, copy what is missing, verify, and record each step in `result`.
+        Whether a node can pull the tag anonymously is asked alongside the decision (one round trip saved
+        when nothing needs copying) and again after a copy."""
         client = self.clients[ref.repository.registry]
         label = f"{job.image.name}:{job.tag} -> {ref.name}"
-        decision = await self._decide(job, ref, resolved, client, label)
+        pullable = asyncio.ensure_future(self._pullable(ref, job.tag))
+        try:
+            decision = await self._decide(job, ref, resolved, await current, client, label)
+        except BaseException:
+            pullable.cancel()
+            raise
         if decision.drift:
+            pullable.cancel()
             result.error = decision.drift
             return
         if decision.current is not None:
             result.action, result.digest, result.verified = "up-to-date", decision.current, True
             if decision.current != resolved.digest:
                 result.rewrite = {"source_digest": resolved.digest, "target_digest": decision.current}
-        else:
-            stats = await self._copy(job, ref, resolved, client, result, label)
-            if stats is None:  # a dry run: planned only
-                return
-            self._record_copy(result, stats, resolved, label)
-            expected_children = [d.digest for d in stats.root.manifests] if stats.root.is_index else None
-            check = await self._verify(
-                client, ref.repository.name, job.tag, stats.root.digest, expected_children, tag_only=True
-            )
-            if not check.ok:
-                result.error = "verification failed: " + "; ".join(check.problems[:3])
-                return
-            result.verified = True
-            self.progress.event(f"{label}: copied and verified ({stats.root.digest[:19]})")
-        await self._check_pullable(ref, job.tag, result)  # the values' pull secret depends on it, every run
+            result.anonymous_pull = await pullable  # the values' pull secret depends on it, every run
+            return
+        pullable.cancel()
+        stats = await self._copy(job, ref, resolved, client, result, label)
+        if stats is None:  # a dry run: planned only
+            return
+        self._record_copy(result, stats, resolved, label)
+        expected_children = [d.digest for d in stats.root.manifests] if stats.root.is_index else None
+        check = await self._verify(
+            client, ref.repository.name, job.tag, stats.root.digest, expected_children, tag_only=True
+        )
+        if not check.ok:
+            result.error = "verification failed: " + "; ".join(check.problems[:3])
+            return
+        result.verified = True
+        self.progress.event(f"{label}: copied and verified ({stats.root.digest[:19]})")
+        result.anonymous_pull = await self._pullable(ref, job.tag)
 
     async def _decide(
-        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, client: RegistryClient, label: str
+        self,
+        job: ImageJob,
+        ref: TargetRef,
+        resolved: Descriptor,
+        current: Descriptor | None,
+        client: RegistryClient,
+        label: str,
     ) -> Decision:
         """Is the target tag already a verified copy of the source (or mirror's rewrite of it), something
         else (drift), or missing or incomplete (copy)?"""
         repository = ref.repository.name
-        current = await client.head_manifest(repository, job.tag)
         if current is None:
             return Decision()
         expected = await self._expected_digest(client, repository, current.digest, resolved.digest)
@@ -298,16 +334,15 @@ class Syncer:
         manifest = await client.get_manifest(repository, current)
         return current if source_digest_of(manifest) == source else source
 
-    async def _check_pullable(self, ref: TargetRef, tag: str, result: TargetResult) -> None:
+    async def _pullable(self, ref: TargetRef, tag: str) -> bool:
         """Can a node without credentials pull the copy? Decides whether the values need a pull secret."""
         if acr.allows_anonymous_pull(ref.repository.registry) is False:
-            result.anonymous_pull = False
-            return
+            return False
         client = self._anonymous_client(ref.repository.registry)
         try:
-            result.anonymous_pull = await client.head_manifest(ref.repository.name, tag) is not None
+            return await client.head_manifest(ref.repository.name, tag) is not None
         except EXPECTED_FAILURES:
-            result.anonymous_pull = False
+            return False
 
     def _anonymous_client(self, host: str) -> RegistryClient:
         client = self._anonymous.get(host)

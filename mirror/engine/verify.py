@@ -7,8 +7,7 @@ import asyncio
 from dataclasses import dataclass
 
 from mirror.engine.stream import hash_blob
-from mirror.engine.tree import load_tree
-from mirror.oci import Descriptor
+from mirror.oci import Descriptor, Manifest, ManifestError
 from mirror.registry import RegistryClient, RegistryError
 
 
@@ -43,13 +42,8 @@ async def verify_copy(
         return Verification((f"{where}: tag resolves to {resolved.digest}, expected {digest}",))
     if tag_only and not deep:
         return Verification(())
-    try:
-        tree = await load_tree(client, repository, digest, concurrency)
-    except RegistryError as exc:
-        return Verification((str(exc),))
-    if children is not None and [m.digest for m in tree.children] != children:
-        return Verification((f"{where}: the index holds other children than expected",))
     limit = asyncio.Semaphore(concurrency)
+    checks: dict[str, asyncio.Future[str | None]] = {}
 
     async def check(blob: Descriptor) -> str | None:
         async with limit:
@@ -62,5 +56,27 @@ async def verify_copy(
             return f"{client.where(repository, blob.digest)}: blob is {size} bytes, expected {blob.size}"
         return None
 
-    results = await asyncio.gather(*(check(b) for b in tree.blobs()))
-    return Verification(tuple(p for p in results if p))
+    async def check_image(manifest: Manifest) -> list[str | None]:
+        # each blob once, however many images share it; checked as soon as its manifest arrives
+        futures = [checks.setdefault(b.digest, asyncio.ensure_future(check(b))) for b in manifest.blobs]
+        return list(await asyncio.gather(*futures))
+
+    async def check_child(digest: str) -> list[str | None]:
+        async with limit:
+            child = await client.get_manifest(repository, digest)
+        return await check_image(child)
+
+    try:
+        root = await client.get_manifest(repository, digest)
+        if children is not None and [m.digest for m in root.manifests] != children:
+            return Verification((f"{where}: the index holds other children than expected",))
+        if root.is_index:
+            results = await asyncio.gather(*(check_child(d.digest) for d in root.manifests))
+            problems = [p for found in results for p in found if p]
+        else:
+            problems = [p for p in await check_image(root) if p]
+    except (RegistryError, ManifestError) as exc:
+        for future in checks.values():
+            future.cancel()
+        return Verification((str(exc),))
+    return Verification(tuple(dict.fromkeys(problems)))
