@@ -31,8 +31,6 @@ def run_async(make: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(runner())
 
 
-
-
 def with_client(registry: LocalRegistry, action: Callable[[RegistryClient], Awaitable[T]]) -> T:
     async def go() -> T:
         client = RegistryClient.open(registry.host, ClientOptions(plain_http=True))
