@@ -23,6 +23,7 @@ class TargetResult:
     error: str | None = None
     rewrite: dict[str, Any] | None = None  # source -> target digest and what was left out, when they differ
     anonymous_pull: bool | None = None  # can a node without credentials pull the copy?
+    referrers: dict[str, Any] | None = None  # signatures, attestations, SBOMs: carried and left out
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -40,6 +41,8 @@ class TargetResult:
             data["rewrite"] = self.rewrite
         if self.anonymous_pull is not None:
             data["anonymous_pull"] = self.anonymous_pull
+        if self.referrers is not None:
+            data["referrers"] = self.referrers
         if self.error is not None:
             data["error"] = self.error
         return data

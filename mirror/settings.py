@@ -107,6 +107,7 @@ class TargetSettings(_Model):
     # copy them and leave out only those the target refuses for their manifest class (auto)
     attestations: Literal["keep", "drop", "auto"] = "auto"
     platforms: list[str] | None = None  # e.g. [linux/amd64]: write a filtered index
+    referrers: bool = True  # carry signatures, attestations and SBOMs that refer to each copied image
     pull_secret: str | None = None  # always put this global.imagePullSecrets entry in the values
     pull_secret_name: str = "acr-pull"  # noqa: S105 - a Secret object name, used when anonymous pulls fail
 

@@ -22,6 +22,7 @@ from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jo
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
+from mirror.engine.referrers import carry_referrers
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
@@ -229,6 +230,7 @@ class Syncer:
             if decision.current != resolved.digest:
                 result.rewrite = {"source_digest": resolved.digest, "target_digest": decision.current}
             result.anonymous_pull = await pullable  # the values' pull secret depends on it, every run
+            await self._carry_referrers(job, ref, resolved, result)
             return
         pullable.cancel()
         stats = await self._copy(job, ref, resolved, client, result, label)
@@ -245,6 +247,32 @@ class Syncer:
         result.verified = True
         self.progress.event(f"{label}: copied and verified ({stats.root.digest[:19]})")
         result.anonymous_pull = await self._pullable(ref, job.tag)
+        await self._carry_referrers(job, ref, resolved, result)
+
+    async def _carry_referrers(self, job: ImageJob, ref: TargetRef, resolved: Descriptor, result: TargetResult) -> None:
+        """Signatures, attestations and SBOMs of the image, where the target keeps the source's digest."""
+        if not ref.target.referrers:
+            return
+        if result.digest != resolved.digest:
+            reason = "the index was rewritten at this target: what refers to the source digest would not match"
+            result.referrers = {"carried": [], "left_out": [{"digest": resolved.digest, "reason": reason}]}
+            return
+        carried = await carry_referrers(
+            self.clients[job.source.registry],
+            job.source.name,
+            self.clients[ref.repository.registry],
+            ref.repository.name,
+            self._blobs[ref.repository.registry],
+            resolved.digest,
+            ref.target.attestations,
+        )
+        if carried.carried or carried.left_out:
+            result.referrers = carried.to_json()
+            kinds = ", ".join(sorted({c["kind"] for c in carried.carried})) or "nothing"
+            self.progress.event(
+                f"{job.image.name}:{job.tag} -> {ref.name}: carried {len(carried.carried)} referrer(s) ({kinds})"
+                + (f", left out {len(carried.left_out)}" if carried.left_out else "")
+            )
 
     async def _decide(
         self,

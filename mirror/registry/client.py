@@ -12,7 +12,15 @@ from typing import Any
 
 import httpx
 
-from mirror.oci import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest, ManifestError, sha256_digest
+from mirror.oci import (
+    MANIFEST_ACCEPT,
+    MAX_MANIFEST_BYTES,
+    OCI_INDEX,
+    Descriptor,
+    Manifest,
+    ManifestError,
+    sha256_digest,
+)
 from mirror.reference import api_host, is_valid_digest
 from mirror.registry.budget import PullBudget
 from mirror.registry.errors import IntegrityError, RegistryError, RegistryUnreachable, raise_for_response
@@ -171,6 +179,31 @@ class RegistryClient:
                 "DIGEST_INVALID",
                 f"registry stored {stored}, pushed {manifest.digest}",
             )
+
+    async def list_referrers(self, repository: str, digest: str) -> list[dict[str, Any]] | None:
+        """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), or None when
+        the registry has no referrers API (the caller then reads the `sha256-<hex>` fallback tag)."""
+        where = self.where(repository, digest)
+        try:
+            async with self.http.stream(
+                "GET", f"/v2/{repository}/referrers/{digest}", headers={"Accept": OCI_INDEX}
+            ) as response:
+                content_type = response.headers.get("Content-Type", "")
+                if response.status_code in (404, 405) or (response.is_success and OCI_INDEX not in content_type):
+                    return None
+                await raise_for_response(response, "list referrers", where)
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_MANIFEST_BYTES:
+                        raise RegistryError("list referrers", where, 200, "", "answer over the manifest size limit")
+        except httpx.TransportError as exc:
+            raise RegistryUnreachable("list referrers", where, exc) from exc
+        try:
+            entries = json.loads(body).get("manifests") or []
+        except (ValueError, AttributeError) as exc:
+            raise RegistryError("list referrers", where, 200, "", f"not an index: {exc}") from exc
+        return [e for e in entries if isinstance(e, dict)]
 
     # -- blobs -------------------------------------------------------------------------------------
 

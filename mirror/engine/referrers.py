@@ -1,0 +1,193 @@
+"""What refers to a copied image: signatures, attestations and SBOMs, carried byte for byte.
+
+At the source, for the image's digest: the OCI 1.1 referrers (the referrers API where the registry has it,
+else the `sha256-<hex>` fallback tag index) and cosign's older tags (`sha256-<hex>.sig`, `.att`, `.sbom`).
+Each artifact is copied by digest (its blobs through the same transfers as the images), the older tags
+pushed last. At the target, a registry with the referrers API indexes the artifacts by their `subject`;
+for one without, the `sha256-<hex>` fallback index is maintained as the distribution spec describes (the
+source's own bytes when it carried the same set). An artifact the target refuses for its manifest class is
+left out and reported (`attestations: auto`), or fails the copy (`keep`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from mirror.engine.blobs import TargetBlobs
+from mirror.engine.policy import refused_for_class
+from mirror.engine.tree import load_tree
+from mirror.engine.upload import RegistryOrigin
+from mirror.oci import OCI_INDEX, Descriptor, Manifest
+from mirror.registry import RegistryClient, RegistryError
+
+LEGACY_TAGS = {".sig": "signature", ".att": "attestation", ".sbom": "sbom"}
+
+
+def fallback_tag(digest: str) -> str:
+    """`sha256:abc...` -> `sha256-abc...`: the tag of the referrers fallback index (and cosign's prefix)."""
+    algorithm, _, hexpart = digest.partition(":")
+    return f"{algorithm}-{hexpart}"
+
+
+def kind_of(entry: dict[str, Any], manifest: Manifest | None = None) -> str:
+    """signature, attestation, sbom or artifact, from the artifact type and the media types it carries."""
+    types = [str(entry.get("artifactType") or ""), str(entry.get("mediaType") or "")]
+    if manifest is not None:
+        types += [manifest.config.media_type if manifest.config else "", *(b.media_type for b in manifest.layers)]
+    text = " ".join(types).lower()
+    if "sig" in text and ("cosign" in text or "sigstore" in text):
+        return "signature"
+    if "in-toto" in text or "dsse" in text:
+        return "attestation"
+    if "spdx" in text or "cyclonedx" in text or "sbom" in text:
+        return "sbom"
+    return "artifact"
+
+
+@dataclass(frozen=True, slots=True)
+class Referrer:
+    digest: str
+    kind: str
+    via: str  # "referrers" or the older tag that names it
+    entry: dict[str, Any]  # the descriptor as the source listed it (artifactType, annotations)
+
+    def to_json(self) -> dict[str, str]:
+        return {"digest": self.digest, "kind": self.kind, "via": self.via}
+
+
+@dataclass
+class Carried:
+    """What went across for one image at one target, and what did not, and why."""
+
+    carried: list[dict[str, str]] = field(default_factory=list)
+    left_out: list[dict[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, list[dict[str, str]]]:
+        return {"carried": self.carried, "left_out": self.left_out}
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    referrers: tuple[Referrer, ...]
+    fallback_index: Manifest | None  # the source's `sha256-<hex>` index, when that is how it lists them
+
+
+async def find_referrers(source: RegistryClient, repository: str, digest: str) -> Found:
+    """At once: the referrers API, a HEAD of the fallback tag and of each older cosign tag; then, only where
+    the registry has no referrers API and the fallback index exists, that one listing."""
+    prefix = fallback_tag(digest)
+    listed, fallback_head, *legacy = await asyncio.gather(
+        source.list_referrers(repository, digest),
+        source.head_manifest(repository, prefix),
+        *(source.head_manifest(repository, prefix + suffix) for suffix in LEGACY_TAGS),
+    )
+    fallback: Manifest | None = None
+    if listed is None and fallback_head is not None:
+        fallback = await source.get_manifest(repository, prefix)
+        listed = [e for e in json.loads(fallback.raw).get("manifests", []) if isinstance(e, dict)]
+    entries = [e for e in listed or [] if isinstance(e, dict) and e.get("digest")]
+    referrers = [Referrer(str(e["digest"]), kind_of(e), "referrers", e) for e in entries]
+    for (suffix, kind), found in zip(LEGACY_TAGS.items(), legacy, strict=True):
+        if isinstance(found, Descriptor):
+            referrers.append(Referrer(found.digest, kind, prefix + suffix, {"mediaType": found.media_type}))
+    return Found(tuple(referrers), fallback)
+
+
+async def carry_referrers(
+    source: RegistryClient,
+    source_repository: str,
+    target: RegistryClient,
+    target_repository: str,
+    blobs: TargetBlobs,
+    digest: str,
+    attestations: str,
+) -> Carried:
+    """Copy everything that refers to `digest` from the source repository to the target repository."""
+    found = await find_referrers(source, source_repository, digest)
+    report = Carried()
+    carried: list[Referrer] = []
+    reasons = await asyncio.gather(
+        *(_copy_artifact(source, source_repository, target, target_repository, blobs, r) for r in found.referrers)
+    )
+    for referrer, reason in zip(found.referrers, reasons, strict=True):
+        if reason is None:
+            carried.append(referrer)
+            report.carried.append(referrer.to_json())
+        elif attestations == "keep":
+            raise RegistryError(
+                "push referrer",
+                target.where(target_repository, referrer.digest),
+                403,
+                "DENIED",
+                f"{reason} (with attestations: keep every referrer must go through; auto leaves it out)",
+            )
+        else:
+            report.left_out.append({**referrer.to_json(), "reason": reason})
+    listed = [r for r in carried if r.via == "referrers"]
+    if listed and await target.list_referrers(target_repository, digest) is None:
+        await _update_fallback_index(target, target_repository, digest, listed, found.fallback_index)
+    return report
+
+
+async def _copy_artifact(
+    source: RegistryClient,
+    source_repository: str,
+    target: RegistryClient,
+    target_repository: str,
+    blobs: TargetBlobs,
+    referrer: Referrer,
+) -> str | None:
+    """Copy one artifact (by digest, then its older tag, if any). None when it is there; else why not."""
+    tag = None if referrer.via == "referrers" else referrer.via
+    present = await target.head_manifest(target_repository, tag or referrer.digest)
+    if present is not None and present.digest == referrer.digest:
+        return None
+    tree = await load_tree(source, source_repository, referrer.digest)
+    origin = RegistryOrigin(source, source_repository)
+    for image in tree.images:
+        for blob in image.blobs:
+            await blobs.ensure(target_repository, blob, origin)
+    try:
+        for manifest in tree.manifests():
+            await target.put_manifest(target_repository, manifest.digest, manifest)
+        if tag is not None:
+            await target.put_manifest(target_repository, tag, tree.root)
+    except RegistryError as exc:
+        if refused_for_class(exc):
+            return f"refused by the target: {exc.message or exc.code}"
+        raise
+    return None
+
+
+async def _update_fallback_index(
+    target: RegistryClient,
+    repository: str,
+    digest: str,
+    carried: list[Referrer],
+    source_index: Manifest | None,
+) -> None:
+    """Keep the target's `sha256-<hex>` index listing every referrer carried (and any it listed before)."""
+    tag = fallback_tag(digest)
+    wanted = {r.digest for r in carried}
+    if source_index is not None:
+        source_entries = {str(e.get("digest")) for e in json.loads(source_index.raw).get("manifests", [])}
+        if source_entries == wanted:  # the same set: the source's exact bytes
+            current = await target.head_manifest(repository, tag)
+            if current is None or current.digest != source_index.digest:
+                await target.put_manifest(repository, tag, source_index)
+            return
+    entries: dict[str, dict[str, Any]] = {}
+    if await target.head_manifest(repository, tag) is not None:
+        existing = await target.get_manifest(repository, tag)
+        entries = {
+            str(e.get("digest")): e for e in json.loads(existing.raw).get("manifests", []) if isinstance(e, dict)
+        }
+    if wanted <= set(entries):
+        return
+    for referrer in carried:
+        entries.setdefault(referrer.digest, referrer.entry)
+    doc = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": list(entries.values())}
+    await target.put_manifest(repository, tag, Manifest.parse(json.dumps(doc, separators=(",", ":")).encode()))

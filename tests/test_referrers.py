@@ -1,0 +1,174 @@
+"""Signatures, attestations and SBOMs carried with the image, byte for byte, against real registries: a signed
+test image made here with both of cosign's layouts (an OCI 1.1 referrer with `subject`, listed in the
+`sha256-<hex>` fallback index as cosign v3 writes it where a registry has no referrers API, and the older
+`sha256-<hex>.sig` tag) plus an attestation (`.att`) and an SBOM (`.sbom`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.cli import main
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.sample import SampleBuilder, push_multiarch
+from mirror.engine.referrers import fallback_tag
+from mirror.oci import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
+from mirror.registry import RegistryClient
+from tests.support import manifest_bytes, manifest_digest, requests_since, with_client, write_config
+from tests.test_sync import VERSION, seed_release
+
+BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+IMAGE_CONFIG = "application/vnd.oci.image.config.v1+json"
+
+
+@dataclass
+class Signed:
+    subject: str  # the signed index digest
+    bundle: str  # the referrer (OCI 1.1, with subject)
+    legacy: dict[str, str]  # tag -> digest, for .sig / .att / .sbom
+
+
+async def sign(client: RegistryClient, repository: str, subject: dict[str, Any]) -> Signed:
+    builder = SampleBuilder(client, repository, seed=99)
+    empty = await builder.blob(b"{}", OCI_EMPTY)
+    payload = json.dumps({"mediaType": BUNDLE, "verificationMaterial": {}, "messageSignature": {}}).encode()
+    bundle = await builder.manifest(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": BUNDLE,
+            "config": empty,
+            "layers": [await builder.blob(payload, BUNDLE)],
+            "subject": subject,
+            "annotations": {"dev.sigstore.bundle.predicateType": "https://sigstore.dev/cosign/sign/v1"},
+        }
+    )
+    prefix = fallback_tag(subject["digest"])
+    await builder.manifest(  # cosign v3's fallback index for a registry without the referrers API
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": [{**bundle, "artifactType": BUNDLE, "annotations": {"created-by": "test"}}],
+        },
+        prefix,
+    )
+    legacy = {}
+    for suffix, layer_type, body in (
+        (".sig", "application/vnd.dev.cosign.simplesigning.v1+json", b'{"critical":{"identity":{}}}'),
+        (".att", "application/vnd.dsse.envelope.v1+json", b'{"payloadType":"application/vnd.in-toto+json"}'),
+        (".sbom", "text/spdx+json", b'{"spdxVersion":"SPDX-2.3"}'),
+    ):
+        config = await builder.blob(json.dumps({"architecture": "", "os": "", "rootfs": {}}).encode(), IMAGE_CONFIG)
+        layer = await builder.blob(body, layer_type)
+        layer["annotations"] = {"dev.cosignproject.cosign/signature": "MEUCIQ..."} if suffix == ".sig" else {}
+        doc = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": [layer]}
+        legacy[prefix + suffix] = (await builder.manifest(doc, prefix + suffix))["digest"]
+    return Signed(subject["digest"], bundle["digest"], legacy)
+
+
+def signed_release(source: LocalRegistry, attestations: bool = True) -> Signed:
+    """The test release, its hami index signed. Without BuildKit's attestation entries, ACR's personal
+    edition takes the index byte for byte, so what refers to it can be carried there too."""
+    if attestations:
+        hami, _ = seed_release(source)
+    else:
+        hami = with_client(source, lambda c: push_multiarch(c, "projecthami/hami", VERSION, attestations=False, seed=1))
+        with_client(source, lambda c: push_multiarch(c, "liangjw/kube-webhook-certgen", "v1.1.1", docker=True, seed=2))
+    subject = {"mediaType": OCI_INDEX, "digest": hami.digest, "size": len(hami.manifests[hami.digest])}
+    return with_client(source, lambda c: sign(c, "projecthami/hami", subject))
+
+
+def run(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
+    code = main(["sync", VERSION, "--config", str(config), "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out) if captured.out.strip() else {}, captured.err
+
+
+def hami_target(report: dict[str, Any]) -> dict[str, Any]:
+    return dict(next(i for i in report["images"] if i["name"] == "hami")["targets"][0])
+
+
+def test_a_signed_image_arrives_with_everything_that_refers_to_it(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    signed = signed_release(source)
+    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [target]), capsys)
+    assert code == 0, err
+    carried = hami_target(report)["referrers"]
+    assert carried["left_out"] == []
+    assert sorted((c["kind"], c["via"]) for c in carried["carried"]) == sorted(
+        [
+            ("signature", "referrers"),
+            ("signature", fallback_tag(signed.subject) + ".sig"),
+            ("attestation", fallback_tag(signed.subject) + ".att"),
+            ("sbom", fallback_tag(signed.subject) + ".sbom"),
+        ]
+    )
+    # byte for byte: the referrer, the older tags, and the fallback index (this target has no referrers API)
+    for digest in (signed.bundle, *signed.legacy.values()):
+        assert manifest_bytes(target, "mirrored/hami", digest) == manifest_bytes(source, "projecthami/hami", digest)
+    for tag, digest in signed.legacy.items():
+        assert manifest_digest(target, "mirrored/hami", tag) == digest
+    index_tag = fallback_tag(signed.subject)
+    assert manifest_bytes(target, "mirrored/hami", index_tag) == manifest_bytes(source, "projecthami/hami", index_tag)
+    assert manifest_digest(target, "mirrored/hami", VERSION) == signed.subject  # what the signatures name
+
+    # a re-run: everything is there; the source gets HEADs and the one listing, nothing is copied again
+    mark, target_mark = len(source.access_log()), len(target.access_log())
+    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [target]), capsys)
+    assert code == 0, err
+    others = [(e.method, e.path) for e in requests_since(source, mark) if e.method != "HEAD"]
+    hami_listings = [p for _, p in others if p.startswith("/v2/projecthami/hami/")]
+    assert sorted(p.rsplit("/", 1)[-1] for p in hami_listings) == sorted([signed.subject, index_tag])
+    assert all(method == "GET" for method, _ in others)
+    assert not [e for e in requests_since(target, target_mark) if e.method in ("PUT", "POST", "PATCH")]
+
+
+def test_what_acr_refuses_is_left_out_and_reported(
+    tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    signed = signed_release(source, attestations=False)
+    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [acr_like]), capsys)
+    assert code == 0, err
+    assert hami_target(report)["digest"] == signed.subject  # the index itself went through unchanged
+    carried = hami_target(report)["referrers"]
+    (left_out,) = carried["left_out"]
+    assert left_out["digest"] == signed.bundle and "unknown manifest class" in left_out["reason"]
+    assert {c["via"] for c in carried["carried"]} == set(signed.legacy)  # image-config artifacts go through
+    assert manifest_digest(acr_like, "mirrored/hami", fallback_tag(signed.subject)) is None
+
+
+def test_keep_fails_where_a_referrer_is_refused(
+    tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    signed_release(source, attestations=False)
+    config = write_config(tmp_path / "mirror.yaml", source, [acr_like], target_options={"attestations": "keep"})
+    code, _, err = run(config, capsys)
+    assert code == 1 and "unknown manifest class" in err and "attestations: keep" in err
+
+
+def test_referrers_can_be_turned_off_per_target(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    signed = signed_release(source)
+    config = write_config(tmp_path / "mirror.yaml", source, [target], target_options={"referrers": False})
+    code, report, err = run(config, capsys)
+    assert code == 0, err
+    assert "referrers" not in hami_target(report)
+    assert manifest_digest(target, "mirrored/hami", fallback_tag(signed.subject) + ".sig") is None
+
+
+def test_signatures_of_a_rewritten_index_are_not_carried_and_the_report_says_why(
+    tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    signed = signed_release(source)  # BuildKit attestations in the index: ACR refuses them, auto rewrites
+    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [acr_like]), capsys)
+    assert code == 0, err
+    target = hami_target(report)
+    assert target["digest"] != signed.subject
+    (left_out,) = target["referrers"]["left_out"]
+    assert left_out["digest"] == signed.subject and "rewritten" in left_out["reason"]
