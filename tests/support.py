@@ -61,6 +61,23 @@ def requests_since(registry: LocalRegistry, mark: int) -> list[AccessEntry]:
     return registry.access_log()[mark:]
 
 
+class Request(Protocol):
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+
+R = TypeVar("R", bound=Request)
+
+
+def beyond_heads(entries: Sequence[R]) -> list[R]:
+    """What a fast path sent besides HEADs and the referrers listing (which this registry answers 404):
+    anything here is a counted pull on Docker Hub, or a read that should not happen."""
+    return [e for e in entries if e.method != "HEAD" and not (e.method == "GET" and "/referrers/" in e.path)]
+
+
 class HasHost(Protocol):
     @property
     def host(self) -> str: ...
