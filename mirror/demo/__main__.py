@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -84,11 +85,14 @@ def main() -> int:
             return 1
         values = workdir / "out" / "demo-hangzhou" / "hami-ack-values.yaml"
         print(f"\n--- {values} (removed when the demo ends; --keep keeps it) ---\n{values.read_text()}")
-        print("Run it again: the fast path sends only HEAD requests to the source.")
+        print("Run it again: the fast path sends the source only HEADs and one referrers listing per image.")
         before = len(source.access_log())
         code = run(mirror)
         after = source.access_log()[before:]
-        print(f"source requests on the re-run: {', '.join(sorted({f'{e.method}' for e in after}))} x{len(after)}")
+        kinds = Counter("referrers listing" if "/referrers/" in e.path else e.method for e in after)
+        print(
+            "source requests on the re-run: " + ", ".join(f"{kind} x{count}" for kind, count in sorted(kinds.items()))
+        )
         return code
     finally:
         charts.close()
