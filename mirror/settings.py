@@ -30,6 +30,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_PREFIX = "MIRROR_"
 MIN_SECRET_BYTES = 16  # an HMAC key or bearer token shorter than this is guessable, an empty one signs anything
 CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
+ACR_REGISTRIES = ("*.aliyuncs.com",)  # registries nodes in mainland China pull from as they are
 
 
 def _platform(value: str) -> str:
@@ -239,7 +240,7 @@ class ChartSettings(_Model):
     release_repository: str = "projecthami/hami"  # the image whose tags are release versions (webhooks)
     kube_version: str = "1.32.0"  # the cluster's Kubernetes version: rendering, and kube-scheduler's tag
     mirror_acr_images: bool = False  # also mirror images the chart already takes from ACR (kube-scheduler)
-    allowed_registries: list[str] = Field(default_factory=lambda: ["*.aliyuncs.com"])  # nodes pull as they are
+    allowed_registries: list[str] = Field(default_factory=lambda: list(ACR_REGISTRIES))  # nodes pull as they are
     publish: bool = True  # push the chart to each target as an OCI chart (else, or where refused: the .tgz)
     renderer: Literal["auto", "sdk", "binary", "values"] = "auto"
     max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)

@@ -12,7 +12,7 @@ from mirror.chart.archive import ChartArchive
 from mirror.chart.images import ImageBlock, image_blocks
 from mirror.reference import Repository, api_host
 from mirror.release import normalise_version
-from mirror.settings import ImageSettings, MirrorSettings, TargetSettings
+from mirror.settings import ACR_REGISTRIES, ImageSettings, MirrorSettings, TargetSettings
 from mirror.values import require_nested_schema
 
 
@@ -160,7 +160,7 @@ def _from_blocks(settings: MirrorSettings, blocks: list[ImageBlock]) -> list[Pla
 
 
 def _allowed(settings: MirrorSettings, registry: str) -> bool:
-    patterns = settings.chart.allowed_registries if settings.chart else ["*.aliyuncs.com"]
+    patterns = settings.chart.allowed_registries if settings.chart else ACR_REGISTRIES
     return any(fnmatch.fnmatch(api_host(registry), pattern) for pattern in patterns)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import threading
 import time
 import uuid
@@ -82,9 +84,6 @@ def _row(row: Any) -> dict[str, Any]:
 
 def new_owner_id() -> str:
     """A replica's name in the lease column: host, process and a random part (pids repeat across pods)."""
-    import os
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
