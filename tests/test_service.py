@@ -285,6 +285,7 @@ def test_webhooks_disabled_are_said_so(tmp_path: Path, source: LocalRegistry, ta
     finally:
         running.stop()
     assert "webhooks disabled" in running.log.read_text()
+    assert "SQLite, for one replica only" in running.log.read_text()
 
 
 def test_a_job_accepted_before_a_crash_completes_after_restart(tmp_path: Path, target: LocalRegistry) -> None:

@@ -191,6 +191,8 @@ def create_app(settings: MirrorSettings) -> Starlette:
         app.state.settings = settings
         app.state.api_token = settings.service.api_token_value()
         app.state.store = JobStore(settings.database_url or f"sqlite:///{settings.state_dir / 'mirror.db'}")
+        if not app.state.store.postgres:
+            log.info("job store: SQLite, for one replica only (set database_url to PostgreSQL for several)")
         log.info("webhooks %s", webhook_status(settings))
         if app.state.api_token is None:
             log.warning("the job API is closed: no service.api_token configured")
