@@ -116,16 +116,19 @@ class JobRunner:
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")
             error = f"internal error: {type(exc).__name__}: {exc}"
-        if shutdown.stopping and not error:
-            if await self.store.release(job["id"], self.owner):
-                log.warning("job given back to the queue unfinished: this replica is shutting down")
-            return
         failures = [line for r in results for line in r.failures()]
-        ok = not failures and not error
-        error = error or ("; ".join(failures) if failures else None)
-        recorded = await self.store.finish(
-            job["id"], self.owner, SUCCEEDED if ok else FAILED, job_record(results), error
-        )
+        try:
+            if shutdown.stopping and not error and failures:  # cut short: another replica finishes it
+                if await self.store.release(job["id"], self.owner):
+                    log.warning("job given back to the queue unfinished: this replica is shutting down")
+                return
+            ok = not failures and not error
+            error = error or ("; ".join(failures) if failures else None)
+            state = SUCCEEDED if ok else FAILED
+            recorded = await self.store.finish(job["id"], self.owner, state, job_record(results), error)
+        except Exception as exc:  # the database is away: the lease runs out and the job is run again
+            log.error("could not record the job's outcome (%s); it will run again when its lease expires", exc)
+            return
         if not recorded:
             log.error("job finished after its lease was lost to another replica; its outcome was not recorded")
             return
