@@ -13,11 +13,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, free_port
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
 from mirror.service.store import JobStore
-from tests.support import manifest_bytes, manifest_digest, with_client
+from tests.support import manifest_bytes, manifest_digest, with_client, write_config
 from tests.test_crash import first_upload_started, slow_source, wait_for
 from tests.test_service import Service, service_config
 from tests.test_sync import VERSION, seed_release
@@ -140,3 +143,16 @@ def test_a_hand_run_sync_waits_for_the_replicas_lock(tmp_path: Path, target: Loc
     assert "up-to-date" in by_hand.stdout  # it ran after the replica's copy, and found it done
     assert tag_pushes(target, "mirrored/hami") == Counter({VERSION: 1})
     assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
+
+
+def test_a_database_that_cannot_be_reached_is_one_line_without_the_password(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_release(source)
+    url = f"postgresql+psycopg://mirror:db-s3cret-pw@127.0.0.1:{free_port()}/mirror"  # nothing listens
+    config = write_config(tmp_path / "mirror.yaml", source, [target], database_url=url)
+    assert main(["sync", VERSION, "--config", str(config)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mirror: cannot take the target lock in the database: "), err
+    assert "db-s3cret-pw" not in err[0]
+    assert manifest_digest(target, "mirrored/hami", VERSION) is None  # nothing written without the lock

@@ -34,6 +34,10 @@ class LockTimeout(Exception):
     pass
 
 
+class LockUnavailable(LockTimeout):
+    """The database that holds the target locks cannot be reached."""
+
+
 def lock_name(registry: str, namespace: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{registry}_{namespace}")
 
@@ -129,12 +133,17 @@ class AdvisoryLock:
 
     def _try(self) -> bool:
         from sqlalchemy import create_engine, text
+        from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import NullPool
 
-        if self.connection is None:  # one connection for the lock's whole life: the lock is the session's
-            self.connection = create_engine(self.url, poolclass=NullPool).connect()
-        got = self.connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}).scalar()
-        self.connection.commit()
+        try:
+            if self.connection is None:  # one connection for the lock's whole life: the lock is the session's
+                self.connection = create_engine(self.url, poolclass=NullPool).connect()
+            got = self.connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}).scalar()
+            self.connection.commit()
+        except SQLAlchemyError as exc:  # the message of the driver, never the URL (it may hold a password)
+            reason = str(getattr(exc, "orig", None) or type(exc).__name__).strip().splitlines()[0]
+            raise LockUnavailable(f"cannot take the target lock in the database: {reason}") from None
         return bool(got)
 
     async def close(self) -> None:
