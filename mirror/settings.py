@@ -297,6 +297,13 @@ def read_secret_file(path: Path) -> bytes:
     return path.read_bytes().strip()
 
 
+def secret_bytes(value: SecretStr | None, path: Path | None) -> bytes | None:
+    """A secret given inline or in a file (the one the config names), or None when neither is given."""
+    if value is not None:
+        return value.get_secret_value().encode()
+    return read_secret_file(path) if path is not None else None
+
+
 class WebhookSettings(_Model):
     secret: SecretStr | None = None  # HMAC-SHA256 key for X-Hub-Signature-256
     secret_file: Path | None = None
@@ -313,16 +320,8 @@ class WebhookSettings(_Model):
         _one_source("webhook secret", secret=self.secret, secret_file=self.secret_file)
         return self
 
-    @property
-    def enabled(self) -> bool:
-        return self.secret is not None or self.secret_file is not None or self.dockerhub_token is not None
-
     def secret_value(self) -> bytes | None:
-        if self.secret is not None:
-            return self.secret.get_secret_value().encode()
-        if self.secret_file is not None:
-            return read_secret_file(self.secret_file)
-        return None
+        return secret_bytes(self.secret, self.secret_file)
 
 
 class ServiceSettings(_Model):
@@ -344,11 +343,7 @@ class ServiceSettings(_Model):
         return self
 
     def api_token_value(self) -> bytes | None:
-        if self.api_token is not None:
-            return self.api_token.get_secret_value().encode()
-        if self.api_token_file is not None:
-            return read_secret_file(self.api_token_file)
-        return None
+        return secret_bytes(self.api_token, self.api_token_file)
 
 
 class SpoolSettings(_Model):

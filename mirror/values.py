@@ -148,8 +148,7 @@ def render_values(values: dict[str, Any], header: str) -> str:
 
 
 def helm_command(settings: ValuesSettings, version: str, chart: str, path: Path) -> str:
-    oci = chart.startswith("oci://")
-    version_flag = f" --version {chart_version(version)}" if oci or not chart.endswith(".tgz") else ""
+    version_flag = "" if chart.endswith(".tgz") else f" --version {chart_version(version)}"  # a file has one
     return f"helm install {settings.release} {chart} -n {settings.kube_namespace}{version_flag} -f {path}"
 
 

@@ -18,7 +18,6 @@ from mirror.registry.retry import RetryPolicy, RetryTransport
 
 HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"
 HELM_CHART_CONTENT = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
-HELM_PROVENANCE = "application/vnd.cncf.helm.chart.provenance.v1.prov"
 MAX_INDEX_BYTES = 32 * 1024 * 1024
 OCI_SCHEME = "oci://"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mirror.chart.source import published_versions
 from mirror.engine.charts import chart_location, fetch_limits
+from mirror.engine.jobs import source_repository
 from mirror.reference import Repository
 from mirror.registry import RegistryClient
 from mirror.release import VersionError, matches, normalise_version, parse_filter, version_key
@@ -34,13 +35,13 @@ def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:
     return ordered[-discovery.newest :] if discovery.newest else ordered
 
 
-def release_images(settings: MirrorSettings) -> list[tuple[ImageSettings, Repository]]:
+def version_bearing_images(settings: MirrorSettings) -> list[tuple[ImageSettings, Repository]]:
     """The images whose tag follows the release, each with its source repository as the registry knows it;
     with only a chart configured, the chart's release image."""
     images = [i for i in settings.images if i.follows_release]
     if not images and settings.chart is not None:
         images = [ImageSettings(name="release", source=settings.chart.release_repository)]
-    return [(image, Repository.of(image.registry or settings.source.registry, image.source)) for image in images]
+    return [(image, source_repository(settings, image)) for image in images]
 
 
 def from_chart(settings: MirrorSettings) -> bool:
@@ -80,7 +81,7 @@ async def discover(settings: MirrorSettings, source: RegistryClient) -> list[str
                 continue  # not a release version (e.g. build metadata Helm allows)
         return select_versions(releases, settings.discovery)
     published: set[str] | None = None
-    for image, repository in release_images(settings):
+    for image, repository in version_bearing_images(settings):
         found = versions_in(image, await source.list_tags(repository.name))
         published = found if published is None else published & found
     return select_versions(sorted(published or ()), settings.discovery)

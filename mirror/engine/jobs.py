@@ -70,6 +70,11 @@ class PlannedImage:
     tag: str
 
 
+def source_repository(settings: MirrorSettings, image: ImageSettings) -> Repository:
+    """Where a configured image lives: its own registry, or the config's source registry."""
+    return Repository.of(image.registry or settings.source.registry, image.source)
+
+
 def target_repository(target: TargetSettings, image: ReleaseImage) -> Repository:
     return Repository.of(target.registry, f"{target.namespace}/{image.name}")
 
@@ -129,7 +134,7 @@ def _blocks(settings: MirrorSettings, version: str, chart: ChartArchive | None) 
 
 
 def _configured(settings: MirrorSettings, image: ImageSettings, version: str, blocks: list[ImageBlock]) -> PlannedImage:
-    source = Repository.of(image.registry or settings.source.registry, image.source)
+    source = source_repository(settings, image)
     keys = tuple(image.values_keys) or tuple(b.key for b in blocks if b.source == source)
     if not keys:
         keys = hami.VALUES_KEYS.get(source.name, ())

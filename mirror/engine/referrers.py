@@ -18,6 +18,7 @@ from typing import Any
 
 from mirror.engine.blobs import TargetBlobs
 from mirror.engine.policy import refused_for_class
+from mirror.engine.tasks import gather_or_raise
 from mirror.engine.tree import load_tree
 from mirror.engine.upload import RegistryOrigin
 from mirror.oci import OCI_INDEX, Descriptor, Manifest
@@ -45,6 +46,11 @@ def kind_of(entry: dict[str, Any], manifest: Manifest | None = None) -> str:
     if "spdx" in text or "cyclonedx" in text or "sbom" in text:
         return "sbom"
     return "artifact"
+
+
+def index_entries(index: Manifest) -> list[dict[str, Any]]:
+    """The descriptors an index lists, as written (artifactType and annotations kept)."""
+    return [e for e in json.loads(index.raw).get("manifests", []) if isinstance(e, dict)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +93,8 @@ async def find_referrers(source: RegistryClient, repository: str, digest: str) -
     fallback: Manifest | None = None
     if listed is None and fallback_head is not None:
         fallback = await source.get_manifest(repository, prefix)
-        listed = [e for e in json.loads(fallback.raw).get("manifests", []) if isinstance(e, dict)]
-    entries = [e for e in listed or [] if isinstance(e, dict) and e.get("digest")]
+        listed = index_entries(fallback)
+    entries = [e for e in listed or [] if e.get("digest")]
     referrers = [Referrer(str(e["digest"]), kind_of(e), "referrers", e) for e in entries]
     for (suffix, kind), found in zip(LEGACY_TAGS.items(), legacy, strict=True):
         if isinstance(found, Descriptor):
@@ -147,9 +153,7 @@ async def _copy_artifact(
         return None
     tree = await load_tree(source, source_repository, referrer.digest)
     origin = RegistryOrigin(source, source_repository)
-    for image in tree.images:
-        for blob in image.blobs:
-            await blobs.ensure(target_repository, blob, origin)
+    await gather_or_raise(blobs.ensure(target_repository, blob, origin) for blob in tree.blobs())
     try:
         for manifest in tree.manifests():
             await target.put_manifest(target_repository, manifest.digest, manifest)
@@ -173,7 +177,7 @@ async def _update_fallback_index(
     tag = fallback_tag(digest)
     wanted = {r.digest for r in carried}
     if source_index is not None:
-        source_entries = {str(e.get("digest")) for e in json.loads(source_index.raw).get("manifests", [])}
+        source_entries = {str(e.get("digest")) for e in index_entries(source_index)}
         if source_entries == wanted:  # the same set: the source's exact bytes
             current = await target.head_manifest(repository, tag)
             if current is None or current.digest != source_index.digest:
@@ -181,10 +185,7 @@ async def _update_fallback_index(
             return
     entries: dict[str, dict[str, Any]] = {}
     if await target.head_manifest(repository, tag) is not None:
-        existing = await target.get_manifest(repository, tag)
-        entries = {
-            str(e.get("digest")): e for e in json.loads(existing.raw).get("manifests", []) if isinstance(e, dict)
-        }
+        entries = {str(e.get("digest")): e for e in index_entries(await target.get_manifest(repository, tag))}
     if wanted <= set(entries):
         return
     for referrer in carried:

@@ -184,21 +184,17 @@ class RegistryClient:
         """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), or None when
         the registry has no referrers API (the caller then reads the `sha256-<hex>` fallback tag)."""
         where = self.where(repository, digest)
+        url = f"/v2/{repository}/referrers/{digest}"
         try:
-            async with self.http.stream(
-                "GET", f"/v2/{repository}/referrers/{digest}", headers={"Accept": OCI_INDEX}
-            ) as response:
-                content_type = response.headers.get("Content-Type", "")
-                if response.status_code in (404, 405) or (response.is_success and OCI_INDEX not in content_type):
-                    return None
-                await raise_for_response(response, "list referrers", where)
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_MANIFEST_BYTES:
-                        raise RegistryError("list referrers", where, 200, "", "answer over the manifest size limit")
-        except httpx.TransportError as exc:
-            raise RegistryUnreachable("list referrers", where, exc) from exc
+            body, response = await self._read_capped(
+                "list referrers", where, url, MAX_MANIFEST_BYTES, {"Accept": OCI_INDEX}
+            )
+        except RegistryError as exc:
+            if exc.status in (404, 405):
+                return None
+            raise
+        if OCI_INDEX not in response.headers.get("Content-Type", ""):
+            return None  # an answer, but not the API's
         try:
             entries = json.loads(body).get("manifests") or []
         except (ValueError, AttributeError) as exc:
@@ -337,17 +333,20 @@ class RegistryClient:
         assert session is not None
         await self.finish_upload(repository, session, digest, len(data), data)
 
-    async def _read_capped(self, action: str, where: str, url: str | httpx.URL, limit: int) -> tuple[bytes, str | None]:
-        """GET a small document, refusing bodies over `limit` bytes; returns the body and the next-page link."""
+    async def _read_capped(
+        self, action: str, where: str, url: str | httpx.URL, limit: int, headers: dict[str, str] | None = None
+    ) -> tuple[bytes, httpx.Response]:
+        """GET a small document, refusing bodies over `limit` bytes; returns the body and the response (its
+        headers: the content type, the next-page link)."""
         try:
-            async with self.http.stream("GET", url) as response:
+            async with self.http.stream("GET", url, headers=headers) as response:
                 await raise_for_response(response, action, where)
                 body = bytearray()
                 async for chunk in response.aiter_bytes():
                     body += chunk
                     if len(body) > limit:
                         raise RegistryError(action, where, response.status_code, "", f"answer over {limit} bytes")
-                return bytes(body), response.links.get("next", {}).get("url")
+                return bytes(body), response
         except httpx.TransportError as exc:
             raise RegistryUnreachable(action, where, exc) from exc
 
@@ -359,7 +358,8 @@ class RegistryClient:
         tags: list[str] = []
         url: str | httpx.URL = f"/v2/{repository}/tags/list"
         for _ in range(MAX_TAG_PAGES):
-            page, next_link = await self._read_capped("list tags", where, url, MAX_TAG_PAGE_BYTES)
+            page, response = await self._read_capped("list tags", where, url, MAX_TAG_PAGE_BYTES)
+            next_link = response.links.get("next", {}).get("url")
             try:
                 tags.extend(json.loads(page).get("tags") or [])
             except (ValueError, AttributeError) as exc:

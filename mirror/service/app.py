@@ -173,10 +173,10 @@ async def readyz(request: Request) -> Response:
 
 
 def webhook_status(settings: MirrorSettings) -> str:
-    if not settings.webhook.enabled:
-        return "disabled: neither webhook.secret(_file) nor webhook.dockerhub_token is configured"
     hook = settings.webhook
     kinds = [name for name, on in (("ci", hook.secret or hook.secret_file), ("dockerhub", hook.dockerhub_token)) if on]
+    if not kinds:
+        return "disabled: neither webhook.secret(_file) nor webhook.dockerhub_token is configured"
     return "enabled: " + ", ".join(kinds)
 
 

@@ -7,7 +7,7 @@ import hmac
 import json
 from typing import Any
 
-from mirror.engine.discover import release_images
+from mirror.engine.discover import version_bearing_images
 from mirror.reference import Repository
 from mirror.release import VersionError, matches, normalise_version, parse_filter
 from mirror.settings import MirrorSettings
@@ -92,7 +92,7 @@ def dockerhub_version(settings: MirrorSettings, body: bytes) -> str:
     if not isinstance(push, dict) or not isinstance(repository, dict):
         raise HookError(422, "not a Docker Hub push payload")
     name = str(repository.get("repo_name", ""))
-    wanted = {repository.name for _, repository in release_images(settings)}
+    wanted = {repository.name for _, repository in version_bearing_images(settings)}
     try:
         pushed = Repository.of(settings.source.registry, name).name
     except ValueError:

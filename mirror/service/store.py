@@ -178,22 +178,24 @@ class JobStore:
         """Extend the lease; False when `owner` no longer holds it (it expired and another replica took it)."""
 
         def work(db: Connection) -> bool:
-            held = (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
-            return bool(db.execute(update(jobs).where(held).values(lease_expires_at=self.now() + lease)).rowcount)
+            renewed = update(jobs).where(_held(job_id, owner)).values(lease_expires_at=self.now() + lease)
+            return bool(db.execute(renewed).rowcount)
 
         return await self._run(work)
 
     async def finish(self, job_id: str, owner: str, state: str, result: Any, error: str | None) -> bool:
         """Record the outcome; False (nothing written) when `owner` lost the lease meanwhile."""
         values = {"state": state, "finished_at": time.time(), "result": json.dumps(result), "error": error}
-        held = (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
-        return await self._run(lambda db: bool(db.execute(update(jobs).where(held).values(**values)).rowcount))
+        return await self._update_held(job_id, owner, values)
 
     async def release(self, job_id: str, owner: str) -> bool:
         """Give an unfinished job back to the queue (a replica shutting down), for another replica to take."""
-        held = (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
-        values = {"state": QUEUED, "owner": None, "lease_expires_at": None}
-        return await self._run(lambda db: bool(db.execute(update(jobs).where(held).values(**values)).rowcount))
+        return await self._update_held(job_id, owner, {"state": QUEUED, "owner": None, "lease_expires_at": None})
+
+    async def _update_held(self, job_id: str, owner: str, values: dict[str, Any]) -> bool:
+        """Write to a running job only while `owner` holds its lease; False when it does not."""
+        statement = update(jobs).where(_held(job_id, owner)).values(**values)
+        return await self._run(lambda db: bool(db.execute(statement).rowcount))
 
     async def writable(self) -> bool:
         try:
@@ -204,6 +206,10 @@ class JobStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _held(job_id: str, owner: str) -> ColumnElement[bool]:
+    return (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
 
 
 def _inserter(job: dict[str, Any]) -> Callable[[Connection], Any]:
