@@ -55,6 +55,7 @@ class ImageResult:
     source_digest: str | None = None
     targets: list[TargetResult] = field(default_factory=list)
     error: str | None = None
+    signature: dict[str, str] | None = None  # the signature policy's verdict, where a rule applies
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -63,6 +64,8 @@ class ImageResult:
             "source_digest": self.source_digest,
             "targets": [t.to_json() for t in self.targets],
         }
+        if self.signature is not None:
+            data["signature"] = self.signature
         if self.error is not None:
             data["error"] = self.error
         return data

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+import importlib.util
 import os
 import re
 from collections.abc import Mapping
@@ -287,6 +289,61 @@ class DiscoverySettings(_Model):
         return value
 
 
+class SignatureRule(_Model):
+    """Images that must be signed, and by whom: checked at the source, before anything is copied."""
+
+    repositories: list[str] = Field(min_length=1)  # source repositories, globs allowed: projecthami/*
+    identity: str | None = None  # the certificate's identity, exactly (cosign --certificate-identity)
+    identity_regexp: str | None = None  # or a pattern searched in it (--certificate-identity-regexp)
+    issuer: str | None = None  # the OIDC issuer, exactly (--certificate-oidc-issuer)
+    issuer_regexp: str | None = None
+
+    @field_validator("identity_regexp", "issuer_regexp")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> SignatureRule:
+        for name in ("identity", "issuer"):
+            exact, pattern = getattr(self, name), getattr(self, f"{name}_regexp")
+            if (exact is None) == (pattern is None):
+                raise ValueError(f"give exactly one of {name} and {name}_regexp")
+        return self
+
+    def applies_to(self, registry: str, repository: str) -> bool:
+        names = (repository, f"{registry}/{repository}")
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.repositories for name in names)
+
+
+class SignatureSettings(_Model):
+    # Sigstore's trusted root (a trusted_root.json); default: the public-good instance, refreshed over TUF
+    trusted_root: Path | None = None
+    require: list[SignatureRule] = Field(default_factory=list)
+    max_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)  # per bundle, payload, Rekor answer
+
+    @field_validator("trusted_root")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value}: no such file")
+        return value
+
+    @model_validator(mode="after")
+    def _verifier_installed(self) -> SignatureSettings:
+        if self.require and importlib.util.find_spec("sigstore") is None:
+            raise ValueError("require: needs sigstore-python: pip install 'mirror[signatures]'")
+        return self
+
+    def rule_for(self, registry: str, repository: str) -> SignatureRule | None:
+        return next((r for r in self.require if r.applies_to(registry, repository)), None)
+
+
 def _long_enough(value: SecretStr | None) -> SecretStr | None:
     if value is not None and len(value.get_secret_value().encode()) < MIN_SECRET_BYTES:
         raise ValueError(f"must be at least {MIN_SECRET_BYTES} bytes (an empty or short key lets others sign)")
@@ -394,6 +451,7 @@ class MirrorSettings(BaseSettings):
     lock_timeout: float = Field(default=600.0, ge=0)  # how long to wait for another sync of a target
     lock_dir: Path | None = None  # default: <temp dir>/mirror-locks; with a PostgreSQL database_url, locks are there
     values: ValuesSettings = ValuesSettings()
+    signatures: SignatureSettings = SignatureSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -53,6 +53,12 @@ def manifest_bytes(registry: LocalRegistry, repository: str, ref: str) -> bytes:
     return response.content
 
 
+def blob_bytes(registry: LocalRegistry, repository: str, digest: str) -> bytes:
+    response = httpx.get(f"{registry.url}/v2/{repository}/blobs/{digest}", follow_redirects=True)
+    response.raise_for_status()
+    return response.content
+
+
 def blob_exists(registry: LocalRegistry, repository: str, digest: str) -> bool:
     return httpx.head(f"{registry.url}/v2/{repository}/blobs/{digest}").status_code in (200, 307)
 

@@ -34,7 +34,11 @@ def fallback_tag(digest: str) -> str:
 
 
 def kind_of(entry: dict[str, Any], manifest: Manifest | None = None) -> str:
-    """signature, attestation, sbom or artifact, from the artifact type and the media types it carries."""
+    """signature, attestation, sbom or artifact, from the artifact type and the media types it carries. A
+    sigstore bundle is a signature when its predicate (annotated by cosign v3) is cosign's signing one."""
+    predicate = str((entry.get("annotations") or {}).get("dev.sigstore.bundle.predicateType") or "")
+    if predicate and predicate != "https://sigstore.dev/cosign/sign/v1":
+        return "sbom" if "spdx" in predicate or "cyclonedx" in predicate else "attestation"
     types = [str(entry.get("artifactType") or ""), str(entry.get("mediaType") or "")]
     if manifest is not None:
         types += [manifest.config.media_type if manifest.config else "", *(b.media_type for b in manifest.layers)]
@@ -109,10 +113,10 @@ async def carry_referrers(
     target_repository: str,
     blobs: TargetBlobs,
     digest: str,
+    found: Found,
     attestations: str,
 ) -> Carried:
-    """Copy everything that refers to `digest` from the source repository to the target repository."""
-    found = await find_referrers(source, source_repository, digest)
+    """Copy everything `find_referrers` found for `digest` from the source repository to the target one."""
     report = Carried()
     carried: list[Referrer] = []
     reasons = await asyncio.gather(

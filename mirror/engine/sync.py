@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from mirror import acr
 from mirror.chart.archive import ChartError
@@ -22,7 +23,7 @@ from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jo
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
-from mirror.engine.referrers import carry_referrers
+from mirror.engine.referrers import Found, carry_referrers, find_referrers
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
@@ -37,6 +38,9 @@ from mirror.registry.errors import IntegrityError
 from mirror.release import version_key
 from mirror.report import ImageResult, ReleaseResult, TargetResult
 from mirror.settings import MirrorSettings
+
+if TYPE_CHECKING:
+    from mirror.engine.signatures import SignatureGate  # sigstore is imported only where a rule applies
 
 # Failures that end one image's copy with a one-line reason; anything else is a bug and propagates.
 EXPECTED_FAILURES = (
@@ -92,7 +96,9 @@ class Syncer:
         self.spool = Spool(settings.spool.max_bytes, settings.transfer.chunk_size, settings.spool.dir)
         self._blobs: dict[str, TargetBlobs] = {}
         self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
+        self._referrers: dict[tuple[str, str], asyncio.Task[Found]] = {}
         self._anonymous: dict[str, RegistryClient] = {}
+        self._gate: SignatureGate | None = None
 
     def blobs_at(self, host: str, repositories: frozenset[str]) -> TargetBlobs:
         state = self._blobs.get(host)
@@ -118,6 +124,8 @@ class Syncer:
             self.cancel_pending()
             await self.spool.aclose()
             await asyncio.gather(*(c.aclose() for c in self._anonymous.values()))
+            if self._gate is not None:
+                await self._gate.aclose()
 
     def origin_for(self, job: ImageJob) -> BlobOrigin:
         """The source repository; through the spool when several targets want the same blobs."""
@@ -128,8 +136,8 @@ class Syncer:
         """Stop transfers nobody waits for any more (their image already failed)."""
         for blobs in self._blobs.values():
             blobs.cancel_pending()
-        for tree in self._trees.values():
-            tree.cancel()
+        for task in (*self._trees.values(), *self._referrers.values()):
+            task.cancel()
 
     async def run_release(self, job: ReleaseJob, latest: bool) -> ReleaseResult:
         for host in {ref.repository.registry for image in job.images for ref in image.targets}:
@@ -166,15 +174,50 @@ class Syncer:
             result.error = str(exc)
         if result.error is None and resolved is None:
             result.error = f"{job.source_ref}: tag not found at the source"
+        if result.error is None and resolved is not None:
+            result.source_digest = resolved.digest
+            await self._check_signature(job, resolved.digest, result)
         if result.error is not None or resolved is None:
             for task in current.values():
                 task.cancel()
             await asyncio.gather(*current.values(), return_exceptions=True)
             return result
-        result.source_digest = resolved.digest
         runs = (self.run_target(job, ref, resolved, current[ref.name]) for ref in job.targets)
         result.targets = list(await asyncio.gather(*runs))
         return result
+
+    async def _check_signature(self, job: ImageJob, digest: str, result: ImageResult) -> None:
+        """Where a signature rule names the image: refuse it (an error, nothing copied) unless it verifies."""
+        rule = self.settings.signatures.rule_for(job.source.registry, job.source.name)
+        if rule is None:
+            return
+        if self._gate is None:
+            from mirror.engine.signatures import SignatureGate
+
+            signatures, transfer = self.settings.signatures, self.settings.transfer
+            self._gate = SignatureGate.open(
+                signatures.trusted_root, signatures.max_bytes, transfer.connect_timeout, transfer.read_timeout
+            )
+        try:
+            found = await self.referrers_of(job, digest)
+            check = await self._gate.check(self.clients[job.source.registry], job.source.name, digest, found, rule)
+        except EXPECTED_FAILURES as exc:
+            result.error = f"{job.source_ref}: signature not checked: {exc}"
+            return
+        result.signature = check.to_json()
+        if check.refused:
+            result.error = f"{job.source_ref}@{digest}: not mirrored: {check.refused}"
+        else:
+            self.progress.event(f"{job.source_ref}: signed by {check.signer} ({check.via})")
+
+    def referrers_of(self, job: ImageJob, digest: str) -> asyncio.Task[Found]:
+        """What refers to a source digest, looked up once per run for the gate and every target."""
+        key = (job.source.name, digest)
+        task = self._referrers.get(key)
+        if task is None:
+            source = self.clients[job.source.registry]
+            task = self._referrers[key] = asyncio.ensure_future(find_referrers(source, job.source.name, digest))
+        return task
 
     def _head_target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
         client = self.clients[ref.repository.registry]
@@ -264,6 +307,7 @@ class Syncer:
             ref.repository.name,
             self._blobs[ref.repository.registry],
             resolved.digest,
+            await asyncio.shield(self.referrers_of(job, resolved.digest)),
             ref.target.attestations,
         )
         if carried.carried or carried.left_out:

@@ -1,0 +1,125 @@
+"""The signature gate: before an image is copied, its digest must carry a signature by the identity its rule
+names, verified with sigstore-python against the signatures the source lists for it (the same look-up that
+carries them to the targets). Nothing of an image that fails is copied; the run says why."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from mirror.engine.referrers import Found, Referrer
+from mirror.oci import Descriptor
+from mirror.registry import RegistryClient
+from mirror.settings import SignatureRule
+from mirror.signing.bundles import (
+    SIGNATURE_ANNOTATION,
+    SIGSTORE_BUNDLE_TYPES,
+    SIMPLE_SIGNING,
+    EvidenceError,
+    LegacySignature,
+    legacy_bundle,
+)
+from mirror.signing.policy import Expected, SignerPolicy
+from mirror.signing.rekor import fetch_entry
+from mirror.signing.verify import NotVerified, Trust, payload_digest, verify_bundle, verify_legacy
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureCheck:
+    policy: str
+    signer: str | None = None  # the identity that signed, when a signature held
+    via: str | None = None  # the referrer or tag it was found through
+    refused: str | None = None  # why the image is not mirrored
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            k: v
+            for k, v in (("policy", self.policy), ("signer", self.signer), ("via", self.via), ("refused", self.refused))
+            if v
+        }
+
+
+def policy_of(rule: SignatureRule) -> SignerPolicy:
+    identity = Expected(rule.identity_regexp, pattern=True) if rule.identity_regexp else Expected(str(rule.identity))
+    issuer = Expected(rule.issuer_regexp, pattern=True) if rule.issuer_regexp else Expected(str(rule.issuer))
+    return SignerPolicy(identity, issuer)
+
+
+class SignatureGate:
+    """One per run: the trusted root (loaded once, on first use) and a client for Rekor look-ups."""
+
+    def __init__(self, trusted_root: Path | None, max_bytes: int, rekor: httpx.AsyncClient) -> None:
+        self.trusted_root = trusted_root
+        self.max_bytes = max_bytes
+        self.rekor = rekor
+        self._trust: asyncio.Task[Trust] | None = None
+
+    @classmethod
+    def open(
+        cls, trusted_root: Path | None, max_bytes: int, connect_timeout: float, read_timeout: float
+    ) -> SignatureGate:
+        timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        return cls(trusted_root, max_bytes, httpx.AsyncClient(timeout=timeout, follow_redirects=False))
+
+    async def aclose(self) -> None:
+        if self._trust is not None:
+            self._trust.cancel()
+        await self.rekor.aclose()
+
+    async def trust(self) -> Trust:
+        if self._trust is None:
+            self._trust = asyncio.ensure_future(asyncio.to_thread(Trust.load, self.trusted_root))
+        return await asyncio.shield(self._trust)
+
+    async def check(
+        self, source: RegistryClient, repository: str, digest: str, found: Found, rule: SignatureRule
+    ) -> SignatureCheck:
+        policy = policy_of(rule)
+        described = policy.describe()
+        try:
+            trust = await self.trust()
+        except NotVerified as exc:
+            return SignatureCheck(described, refused=str(exc))
+        signatures = [r for r in found.referrers if r.kind == "signature"]
+        if not signatures:
+            return SignatureCheck(described, refused=f"unsigned: no signature at the source refers to {digest}")
+        reasons: list[str] = []
+        for referrer in signatures:
+            try:
+                signer = await self._verify_one(source, repository, digest, referrer, policy, trust)
+            except (NotVerified, EvidenceError) as exc:
+                reasons.append(f"{referrer.via} {referrer.digest[:19]}: {exc}")
+                continue
+            return SignatureCheck(described, signer=signer, via=referrer.via)
+        return SignatureCheck(described, refused=f"no signature by {described} holds: " + "; ".join(reasons))
+
+    async def _verify_one(
+        self,
+        source: RegistryClient,
+        repository: str,
+        digest: str,
+        referrer: Referrer,
+        policy: SignerPolicy,
+        trust: Trust,
+    ) -> str:
+        manifest = await source.get_manifest(repository, referrer.digest)
+        for layer in manifest.layers:
+            if layer.media_type in SIGSTORE_BUNDLE_TYPES:
+                raw = await self._small_blob(source, repository, layer)
+                return await asyncio.to_thread(verify_bundle, trust, raw, digest, policy)
+        for layer in manifest.layers:
+            if layer.media_type == SIMPLE_SIGNING and SIGNATURE_ANNOTATION in layer.annotations:
+                signature = LegacySignature.from_annotations(layer.annotations)
+                payload = await self._small_blob(source, repository, layer)
+                answer = await fetch_entry(self.rekor, trust.rekor_url, signature.log_index, self.max_bytes)
+                bundle = legacy_bundle(signature, payload_digest(payload), answer)
+                return await asyncio.to_thread(verify_legacy, trust, payload, bundle, digest, policy)
+        raise EvidenceError("no sigstore bundle or signed payload in it")
+
+    async def _small_blob(self, source: RegistryClient, repository: str, layer: Descriptor) -> bytes:
+        if layer.size > self.max_bytes:
+            raise EvidenceError(f"a {layer.size}-byte layer, over signatures.max_bytes ({self.max_bytes})")
+        return await source.read_blob(repository, layer)

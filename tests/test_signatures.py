@@ -1,0 +1,231 @@
+"""The signature policy, checked with sigstore-python before anything is copied, against real registries and a
+Sigstore instance of the tests' own (tests/sigstore_instance.py: Fulcio, CT and Rekor keys made here, and the
+trusted root naming them). Signatures are made as cosign v3 makes them (a sigstore bundle as an OCI 1.1
+referrer, listed in the `sha256-<hex>` fallback index) and as its older layout does (`sha256-<hex>.sig`,
+whose Rekor inclusion proof is looked up by log index)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sigstore.models import Bundle, TrustedRoot
+from sigstore.verify import Verifier
+from sigstore.verify.policy import Identity
+
+from mirror.cli import main
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.sample import SampleBuilder
+from mirror.engine.referrers import fallback_tag
+from mirror.oci import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
+from mirror.registry import RegistryClient
+from tests.sigstore_instance import GITHUB_ISSUER, HAMI_IDENTITY, RekorServer, SigstoreInstance
+from tests.support import blob_bytes, manifest_bytes, manifest_digest, with_client, write_config
+from tests.test_sync import VERSION, seed_release
+
+BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
+IMAGE_CONFIG = "application/vnd.oci.image.config.v1+json"
+HAMI_RULE = {
+    "repositories": ["projecthami/*"],
+    "identity_regexp": r"^https://github\.com/Project-HAMi/HAMi/\.github/workflows/",
+    "issuer": GITHUB_ISSUER,
+}
+STRANGER = "https://github.com/someone-else/HAMi/.github/workflows/release.yaml@refs/heads/main"
+
+
+@pytest.fixture
+def sigstore(tmp_path: Path) -> Iterator[SigstoreInstance]:
+    instance = SigstoreInstance()
+    rekor = RekorServer(instance)
+    (tmp_path / "trusted_root.json").write_text(json.dumps(instance.trusted_root()))
+    yield instance
+    rekor.close()
+
+
+async def push_bundle(client: RegistryClient, repository: str, subject: dict[str, Any], bundle: bytes) -> str:
+    """As cosign v3 pushes a signature where the registry has no referrers API: the referrer, then the
+    fallback index listing it."""
+    builder = SampleBuilder(client, repository, seed=7)
+    referrer = await builder.manifest(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": BUNDLE,
+            "config": await builder.blob(b"{}", OCI_EMPTY),
+            "layers": [await builder.blob(bundle, BUNDLE)],
+            "subject": subject,
+            "annotations": {"dev.sigstore.bundle.predicateType": "https://sigstore.dev/cosign/sign/v1"},
+        }
+    )
+    listed = {**referrer, "artifactType": BUNDLE}
+    await builder.manifest(
+        {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [listed]}, fallback_tag(subject["digest"])
+    )
+    return str(referrer["digest"])
+
+
+async def push_legacy(
+    client: RegistryClient, repository: str, digest: str, payload: bytes, annotations: dict[str, str]
+) -> str:
+    builder = SampleBuilder(client, repository, seed=8)
+    layer = await builder.blob(payload, SIMPLE_SIGNING)
+    layer["annotations"] = annotations
+    config = await builder.blob(json.dumps({"architecture": "", "os": "", "rootfs": {}}).encode(), IMAGE_CONFIG)
+    doc = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": [layer]}
+    return str((await builder.manifest(doc, fallback_tag(digest) + ".sig"))["digest"])
+
+
+def hami_subject(source: LocalRegistry) -> dict[str, Any]:
+    hami, _ = seed_release(source)
+    return {"mediaType": OCI_INDEX, "digest": hami.digest, "size": len(hami.manifests[hami.digest])}
+
+
+def config(tmp_path: Path, source: LocalRegistry, target: LocalRegistry, rule: dict[str, Any] | None = None) -> Path:
+    signatures = {"trusted_root": str(tmp_path / "trusted_root.json"), "require": [rule or HAMI_RULE]}
+    return write_config(tmp_path / "mirror.yaml", source, [target], signatures=signatures)
+
+
+def run(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
+    code = main(["sync", VERSION, "--config", str(path), "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out) if captured.out.strip() else {}, captured.err
+
+
+def image(report: dict[str, Any], name: str) -> dict[str, Any]:
+    return dict(next(i for i in report["images"] if i["name"] == name))
+
+
+def writes_to(registry: LocalRegistry, repository: str) -> list[str]:
+    return [
+        e.path for e in registry.access_log() if e.method in ("PUT", "POST", "PATCH") and f"/{repository}/" in e.path
+    ]
+
+
+def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_verifies_at_the_target(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    subject = hami_subject(source)
+    referrer = with_client(
+        source, lambda c: push_bundle(c, "projecthami/hami", subject, sigstore.sign_image(subject["digest"]))
+    )
+    code, report, err = run(config(tmp_path, source, target), capsys)
+    assert code == 0, err
+    hami = image(report, "hami")
+    assert hami["signature"]["signer"] == HAMI_IDENTITY and hami["signature"]["via"] == "referrers"
+    assert "signature" not in image(report, "kube-webhook-certgen")  # no rule names it: copied as before
+    assert manifest_digest(target, "mirrored/hami", VERSION) == subject["digest"]
+    assert manifest_bytes(target, "mirrored/hami", referrer) == manifest_bytes(source, "projecthami/hami", referrer)
+    assert (tmp_path / "out" / "t0" / VERSION / "hami-ack-values.yaml").exists()
+
+    # what arrived verifies on its own, as `cosign verify` would check it: the bundle read back from the target
+    index = json.loads(manifest_bytes(target, "mirrored/hami", fallback_tag(subject["digest"])))
+    assert [m["digest"] for m in index["manifests"]] == [referrer]
+    layer = json.loads(manifest_bytes(target, "mirrored/hami", referrer))["layers"][0]
+    raw = blob_bytes(target, "mirrored/hami", layer["digest"])
+    verifier = Verifier(trusted_root=TrustedRoot.from_file(str(tmp_path / "trusted_root.json")))
+    _, statement = verifier.verify_dsse(Bundle.from_json(raw), Identity(identity=HAMI_IDENTITY, issuer=GITHUB_ISSUER))
+    assert json.loads(statement)["subject"][0]["digest"]["sha256"] == subject["digest"].removeprefix("sha256:")
+
+
+@pytest.mark.parametrize(
+    "signing",
+    ["another identity", "another issuer", "another Sigstore", "another image", "unsigned"],
+)
+def test_an_image_not_signed_as_the_rule_says_is_not_mirrored_and_the_run_says_why(
+    signing: str,
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    subject = hami_subject(source)
+    bundle = {
+        "another identity": lambda: sigstore.sign_image(subject["digest"], identity=STRANGER),
+        "another issuer": lambda: sigstore.sign_image(subject["digest"], issuer="https://accounts.example.test"),
+        "another Sigstore": lambda: SigstoreInstance().sign_image(subject["digest"]),
+        "another image": lambda: sigstore.sign_image("sha256:" + "0" * 64),
+        "unsigned": lambda: None,
+    }[signing]()
+    if bundle is not None:
+        with_client(source, lambda c: push_bundle(c, "projecthami/hami", subject, bundle))
+    code, report, err = run(config(tmp_path, source, target), capsys)
+    assert code != 0
+    hami = image(report, "hami")
+    assert "not mirrored" in hami["error"] and subject["digest"] in hami["error"]
+    reason = {
+        "another identity": f"signed by {STRANGER}, not matching",
+        "another issuer": "signed through issuer 'https://accounts.example.test'",
+        "another Sigstore": "certificate chain",
+        "another image": "names another digest",
+        "unsigned": "unsigned: no signature at the source refers to",
+    }[signing]
+    assert reason in hami["signature"]["refused"], hami["signature"]
+    assert reason in err
+    # nothing of the image reached the target, and no values were written for the release
+    assert writes_to(target, "mirrored/hami") == []
+    assert manifest_digest(target, "mirrored/hami", VERSION) is None
+    assert image(report, "kube-webhook-certgen")["targets"][0]["verified"]
+    assert not (tmp_path / "out" / "t0" / VERSION / "hami-ack-values.yaml").exists()
+
+
+def test_the_older_sig_layout_is_verified_with_its_inclusion_proof_from_rekor(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    subject = hami_subject(source)
+    sigstore.sign_image("sha256:" + "1" * 64)  # the log holds others: a real Merkle path
+    payload, annotations = sigstore.sign_image_legacy(subject["digest"])
+    sigstore.sign_image("sha256:" + "2" * 64)
+    sig = with_client(source, lambda c: push_legacy(c, "projecthami/hami", subject["digest"], payload, annotations))
+    code, report, err = run(config(tmp_path, source, target), capsys)
+    assert code == 0, err
+    assert image(report, "hami")["signature"]["via"] == fallback_tag(subject["digest"]) + ".sig"
+    assert sigstore.lookups == ["/api/v1/log/entries?logIndex=1"]
+    assert manifest_digest(target, "mirrored/hami", fallback_tag(subject["digest"]) + ".sig") == sig
+
+
+def test_an_older_sig_whose_rekor_entry_does_not_match_is_refused(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    subject = hami_subject(source)
+    payload, annotations = sigstore.sign_image_legacy(subject["digest"])
+    _, other = sigstore.sign_image_legacy(subject["digest"])
+    annotations["dev.sigstore.cosign/bundle"] = other["dev.sigstore.cosign/bundle"]  # someone else's log entry
+    with_client(source, lambda c: push_legacy(c, "projecthami/hami", subject["digest"], payload, annotations))
+    code, report, _ = run(config(tmp_path, source, target), capsys)
+    assert code != 0
+    assert "inconsistent" in image(report, "hami")["signature"]["refused"]
+    assert writes_to(target, "mirrored/hami") == []
+
+
+def test_an_attestation_bundle_is_not_taken_for_a_signature(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A provenance bundle signed by the right identity still is no signature of the image: the rule wants
+    cosign's signing predicate."""
+    subject = hami_subject(source)
+    bundle = sigstore.sign_image(subject["digest"], predicate="https://slsa.dev/provenance/v1")
+    with_client(source, lambda c: push_bundle(c, "projecthami/hami", subject, bundle))
+    code, report, _ = run(config(tmp_path, source, target), capsys)
+    assert code != 0
+    assert "not an image signature" in image(report, "hami")["signature"]["refused"]
