@@ -7,7 +7,7 @@ whose Rekor inclusion proof is looked up by log index)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,13 +148,14 @@ def test_an_image_not_signed_as_the_rule_says_is_not_mirrored_and_the_run_says_w
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     subject = hami_subject(source)
-    bundle = {
+    signers: dict[str, Callable[[], bytes | None]] = {
         "another identity": lambda: sigstore.sign_image(subject["digest"], identity=STRANGER),
         "another issuer": lambda: sigstore.sign_image(subject["digest"], issuer="https://accounts.example.test"),
         "another Sigstore": lambda: SigstoreInstance().sign_image(subject["digest"]),
         "another image": lambda: sigstore.sign_image("sha256:" + "0" * 64),
         "unsigned": lambda: None,
-    }[signing]()
+    }
+    bundle = signers[signing]()
     if bundle is not None:
         with_client(source, lambda c: push_bundle(c, "projecthami/hami", subject, bundle))
     code, report, err = run(config(tmp_path, source, target), capsys)
