@@ -172,3 +172,25 @@ def test_signatures_of_a_rewritten_index_are_not_carried_and_the_report_says_why
     assert target["digest"] != signed.subject
     (left_out,) = target["referrers"]["left_out"]
     assert left_out["digest"] == signed.subject and "rewritten" in left_out["reason"]
+
+
+def test_what_refers_to_each_child_of_the_index_is_carried_too(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cosign sign --recursive` signs each platform manifest as well: those signatures come along."""
+    hami, _ = seed_release(source)
+    child = json.loads(hami.manifests[hami.digest])["manifests"][0]
+    signed = with_client(source, lambda c: sign(c, "projecthami/hami", child))
+    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [target]), capsys)
+    assert code == 0, err
+    carried = hami_target(report)["referrers"]["carried"]
+    assert {c["subject"] for c in carried} == {child["digest"]}
+    assert sorted(c["via"] for c in carried) == sorted(["referrers", *signed.legacy])
+    for digest in (signed.bundle, *signed.legacy.values()):
+        assert manifest_bytes(target, "mirrored/hami", digest) == manifest_bytes(source, "projecthami/hami", digest)
+    index_tag = fallback_tag(child["digest"])
+    assert manifest_bytes(target, "mirrored/hami", index_tag) == manifest_bytes(source, "projecthami/hami", index_tag)
+
+    # the source has no referrers API: after the index's own listing 404s, its children are not asked again
+    listings = [e.path for e in source.access_log() if e.path.startswith("/v2/projecthami/hami/referrers/")]
+    assert listings == [f"/v2/projecthami/hami/referrers/{hami.digest}"]

@@ -148,6 +148,33 @@ LOAD_MISTAKES = [
         "registries.r.example",
         "not several",
     ),
+    (
+        with_changes(signatures={"require": [{"repositories": ["projecthami/*"], "issuer": "https://i.example"}]}),
+        "signatures.require.0",
+        "exactly one of identity and identity_regexp",
+    ),
+    (
+        with_changes(
+            signatures={"require": [{"repositories": ["a/*"], "identity": "x", "identity_regexp": "y", "issuer": "z"}]}
+        ),
+        "signatures.require.0",
+        "exactly one of identity and identity_regexp",
+    ),
+    (
+        with_changes(signatures={"require": [{"repositories": ["a/*"], "identity_regexp": "(", "issuer": "z"}]}),
+        "signatures.require.0.identity_regexp",
+        "not a regular expression",
+    ),
+    (
+        with_changes(signatures={"require": [{"repositories": [], "identity": "x", "issuer": "z"}]}),
+        "signatures.require.0.repositories",
+        "at least 1 item",
+    ),
+    (
+        with_changes(signatures={"trusted_root": "/nonexistent/trusted_root.json"}),
+        "signatures.trusted_root",
+        "no such file",
+    ),
 ]
 
 

@@ -63,9 +63,10 @@ class Referrer:
     kind: str
     via: str  # "referrers" or the older tag that names it
     entry: dict[str, Any]  # the descriptor as the source listed it (artifactType, annotations)
+    subject: str = ""  # the digest it refers to: the image's index, or one of its children
 
     def to_json(self) -> dict[str, str]:
-        return {"digest": self.digest, "kind": self.kind, "via": self.via}
+        return {"digest": self.digest, "kind": self.kind, "via": self.via, "subject": self.subject}
 
 
 @dataclass
@@ -83,27 +84,34 @@ class Carried:
 class Found:
     referrers: tuple[Referrer, ...]
     fallback_index: Manifest | None  # the source's `sha256-<hex>` index, when that is how it lists them
+    api: bool = True  # did the source answer the referrers API?
 
 
-async def find_referrers(source: RegistryClient, repository: str, digest: str) -> Found:
-    """At once: the referrers API, a HEAD of the fallback tag and of each older cosign tag; then, only where
-    the registry has no referrers API and the fallback index exists, that one listing."""
+async def find_referrers(source: RegistryClient, repository: str, digest: str, api: bool = True) -> Found:
+    """At once: the referrers API (unless the source is known to lack it), a HEAD of the fallback tag and of
+    each older cosign tag; then, only where the registry has no referrers API and the fallback index exists,
+    that one listing."""
     prefix = fallback_tag(digest)
     listed, fallback_head, *legacy = await asyncio.gather(
-        source.list_referrers(repository, digest),
+        source.list_referrers(repository, digest) if api else _none(),
         source.head_manifest(repository, prefix),
         *(source.head_manifest(repository, prefix + suffix) for suffix in LEGACY_TAGS),
     )
+    answered = listed is not None
     fallback: Manifest | None = None
     if listed is None and fallback_head is not None:
         fallback = await source.get_manifest(repository, prefix)
         listed = index_entries(fallback)
     entries = [e for e in listed or [] if e.get("digest")]
-    referrers = [Referrer(str(e["digest"]), kind_of(e), "referrers", e) for e in entries]
+    referrers = [Referrer(str(e["digest"]), kind_of(e), "referrers", e, digest) for e in entries]
     for (suffix, kind), found in zip(LEGACY_TAGS.items(), legacy, strict=True):
         if isinstance(found, Descriptor):
-            referrers.append(Referrer(found.digest, kind, prefix + suffix, {"mediaType": found.media_type}))
-    return Found(tuple(referrers), fallback)
+            referrers.append(Referrer(found.digest, kind, prefix + suffix, {"mediaType": found.media_type}, digest))
+    return Found(tuple(referrers), fallback, answered)
+
+
+async def _none() -> None:
+    return None
 
 
 async def carry_referrers(

@@ -23,12 +23,12 @@ from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jo
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
-from mirror.engine.referrers import Found, carry_referrers, find_referrers
+from mirror.engine.referrers import Carried, Found, carry_referrers, find_referrers
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
 from mirror.engine.verify import Verification, verify_copy
-from mirror.oci import Descriptor, ManifestError
+from mirror.oci import INDEX_TYPES, Descriptor, ManifestError
 from mirror.progress import Progress
 from mirror.reference import api_host
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
@@ -210,13 +210,15 @@ class Syncer:
         else:
             self.progress.event(f"{job.source_ref}: signed by {check.signer} ({check.via})")
 
-    def referrers_of(self, job: ImageJob, digest: str) -> asyncio.Task[Found]:
-        """What refers to a source digest, looked up once per run for the gate and every target."""
+    def referrers_of(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
+        """What refers to a source digest, looked up once per run for the gate and every target. `api`: False
+        once the source is known to lack the referrers API (its tags are still looked at)."""
         key = (job.source.name, digest)
         task = self._referrers.get(key)
         if task is None:
             source = self.clients[job.source.registry]
-            task = self._referrers[key] = asyncio.ensure_future(find_referrers(source, job.source.name, digest))
+            look_up = find_referrers(source, job.source.name, digest, api)
+            task = self._referrers[key] = asyncio.ensure_future(look_up)
         return task
 
     def _head_target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
@@ -293,23 +295,34 @@ class Syncer:
         await self._carry_referrers(job, ref, resolved, result)
 
     async def _carry_referrers(self, job: ImageJob, ref: TargetRef, resolved: Descriptor, result: TargetResult) -> None:
-        """Signatures, attestations and SBOMs of the image, where the target keeps the source's digest."""
+        """Signatures, attestations and SBOMs of the image's index and of each of its children, where the target
+        keeps the source's digest."""
         if not ref.target.referrers:
             return
         if result.digest != resolved.digest:
             reason = "the index was rewritten at this target: what refers to the source digest would not match"
             result.referrers = {"carried": [], "left_out": [{"digest": resolved.digest, "reason": reason}]}
             return
-        carried = await carry_referrers(
-            self.clients[job.source.registry],
-            job.source.name,
-            self.clients[ref.repository.registry],
-            ref.repository.name,
-            self._blobs[ref.repository.registry],
-            resolved.digest,
-            await asyncio.shield(self.referrers_of(job, resolved.digest)),
-            ref.target.attestations,
+        target = self.clients[ref.repository.registry]
+        root = await asyncio.shield(self.referrers_of(job, resolved.digest))
+        children = await self._children_at(target, ref.repository.name, resolved)
+        found = [root, *await asyncio.gather(*(asyncio.shield(self.referrers_of(job, c, root.api)) for c in children))]
+        parts = await asyncio.gather(
+            *(
+                carry_referrers(
+                    self.clients[job.source.registry],
+                    job.source.name,
+                    target,
+                    ref.repository.name,
+                    self._blobs[ref.repository.registry],
+                    digest,
+                    each,
+                    ref.target.attestations,
+                )
+                for digest, each in zip([resolved.digest, *children], found, strict=True)
+            )
         )
+        carried = Carried([c for p in parts for c in p.carried], [c for p in parts for c in p.left_out])
         if carried.carried or carried.left_out:
             result.referrers = carried.to_json()
             kinds = ", ".join(sorted({c["kind"] for c in carried.carried})) or "nothing"
@@ -317,6 +330,12 @@ class Syncer:
                 f"{job.image.name}:{job.tag} -> {ref.name}: carried {len(carried.carried)} referrer(s) ({kinds})"
                 + (f", left out {len(carried.left_out)}" if carried.left_out else "")
             )
+
+    async def _children_at(self, target: RegistryClient, repository: str, resolved: Descriptor) -> list[str]:
+        """The child digests of an index, read from the target's verified copy (the source gets no GET)."""
+        if resolved.media_type not in INDEX_TYPES:
+            return []
+        return [d.digest for d in (await target.get_manifest(repository, resolved.digest)).manifests]
 
     async def _decide(
         self,
