@@ -31,6 +31,8 @@ COPY config/mirror.yaml /etc/mirror/mirror.yaml
 ENV MIRROR_CONFIG=/etc/mirror/mirror.yaml \
     MIRROR_OUTPUT_DIR=/var/lib/mirror/out \
     MIRROR_STATE_DIR=/var/lib/mirror/state \
+    XDG_CACHE_HOME=/var/lib/mirror/cache \
+    XDG_DATA_HOME=/var/lib/mirror/data \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 WORKDIR /var/lib/mirror
