@@ -11,10 +11,11 @@ from typing import Any
 import httpx
 import yaml
 
+from mirror import fetch
 from mirror.chart.archive import ChartArchive, ChartError, open_chart
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 from mirror.registry.errors import IntegrityError
-from mirror.registry.retry import RetryPolicy, RetryTransport
+from mirror.registry.retry import RetryPolicy
 
 HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"
 HELM_CHART_CONTENT = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
@@ -56,26 +57,14 @@ class FetchLimits:
 
 
 def http_client(limits: FetchLimits) -> httpx.AsyncClient:
-    transport = RetryTransport(httpx.AsyncHTTPTransport(), limits.retry)
-    return httpx.AsyncClient(transport=transport, timeout=limits.timeout, follow_redirects=True)
+    return fetch.http_client(limits.timeout, limits.retry)
 
 
 async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:
     try:
-        async with client.stream("GET", url) as response:
-            if response.status_code != 200:
-                raise ChartError(f"{what}: GET {url} answered {response.status_code}")
-            declared = response.headers.get("Content-Length", "")
-            if declared.isdigit() and int(declared) > limit:
-                raise ChartError(f"{what}: {url} is {declared} bytes (limit {limit})")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > limit:
-                    raise ChartError(f"{what}: {url} is over {limit} bytes")
-            return bytes(body)
-    except httpx.HTTPError as exc:
-        raise ChartError(f"{what}: GET {url}: {type(exc).__name__}: {exc}") from None
+        return await fetch.read_capped(client, url, limit, what)
+    except fetch.FetchError as exc:
+        raise ChartError(str(exc)) from None
 
 
 async def read_index(client: httpx.AsyncClient, location: ChartLocation) -> list[dict[str, Any]]:

@@ -11,8 +11,10 @@ from pathlib import Path
 import httpx
 
 from mirror.engine.referrers import Found, Referrer
+from mirror.fetch import http_client
 from mirror.oci import Descriptor
 from mirror.registry import RegistryClient
+from mirror.registry.retry import RetryPolicy
 from mirror.settings import SignatureRule
 from mirror.signing.bundles import (
     SIGNATURE_ANNOTATION,
@@ -58,11 +60,8 @@ class SignatureGate:
         self._trust: asyncio.Task[Trust] | None = None
 
     @classmethod
-    def open(
-        cls, trusted_root: Path | None, max_bytes: int, connect_timeout: float, read_timeout: float
-    ) -> SignatureGate:
-        timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
-        return cls(trusted_root, max_bytes, httpx.AsyncClient(timeout=timeout, follow_redirects=False))
+    def open(cls, trusted_root: Path | None, max_bytes: int, timeout: float, retry: RetryPolicy) -> SignatureGate:
+        return cls(trusted_root, max_bytes, http_client(timeout, retry))
 
     async def aclose(self) -> None:
         if self._trust is not None:

@@ -194,10 +194,9 @@ class Syncer:
         if self._gate is None:
             from mirror.engine.signatures import SignatureGate
 
-            signatures, transfer = self.settings.signatures, self.settings.transfer
-            self._gate = SignatureGate.open(
-                signatures.trusted_root, signatures.max_bytes, transfer.connect_timeout, transfer.read_timeout
-            )
+            signatures, timeout = self.settings.signatures, self.settings.transfer.read_timeout
+            retry = retry_policy(self.settings.retry)
+            self._gate = SignatureGate.open(signatures.trusted_root, signatures.max_bytes, timeout, retry)
         try:
             found = await self.referrers_of(job, digest)
             check = await self._gate.check(self.clients[job.source.registry], job.source.name, digest, found, rule)

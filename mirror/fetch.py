@@ -1,0 +1,36 @@
+"""Plain HTTP reads outside the registry API (a chart repository's index and archives, Rekor's entries):
+one retrying client, and bodies read up to a limit."""
+
+from __future__ import annotations
+
+import httpx
+
+from mirror.registry.retry import RetryPolicy, RetryTransport
+
+
+class FetchError(Exception):
+    """A read that did not give a body: a status, a body over its limit, or the network; one line."""
+
+
+def http_client(timeout: float, retry: RetryPolicy) -> httpx.AsyncClient:
+    transport = RetryTransport(httpx.AsyncHTTPTransport(), retry)
+    return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True)
+
+
+async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:
+    """GET `url` (200 only), refusing a body over `limit` bytes whether declared or streamed."""
+    try:
+        async with client.stream("GET", url) as response:
+            if response.status_code != 200:
+                raise FetchError(f"{what}: GET {url} answered {response.status_code}")
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise FetchError(f"{what}: {url} is {declared} bytes (limit {limit})")
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise FetchError(f"{what}: {url} is over {limit} bytes")
+            return bytes(body)
+    except httpx.HTTPError as exc:
+        raise FetchError(f"{what}: GET {url}: {type(exc).__name__}: {exc}") from None
