@@ -23,7 +23,7 @@ from mirror.engine.referrers import fallback_tag
 from mirror.oci import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
 from mirror.registry import RegistryClient
 from tests.sigstore_instance import GITHUB_ISSUER, HAMI_IDENTITY, RekorServer, SigstoreInstance
-from tests.support import blob_bytes, manifest_bytes, manifest_digest, with_client, write_config
+from tests.support import blob_bytes, manifest_bytes, manifest_digest, requests_since, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
 BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -134,6 +134,14 @@ def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_ver
     _, statement = verifier.verify_dsse(Bundle.from_json(raw), Identity(identity=HAMI_IDENTITY, issuer=GITHUB_ISSUER))
     assert json.loads(statement)["subject"][0]["digest"]["sha256"] == subject["digest"].removeprefix("sha256:")
 
+    # a re-run checks the copy the target holds: the source gets HEADs and the one referrers listing, no more
+    mark = len(source.access_log())
+    code, report, err = run(config(tmp_path, source, target), capsys)
+    assert code == 0, err
+    assert image(report, "hami")["signature"]["via"] == "referrers at t0"
+    gets = [e.path for e in requests_since(source, mark) if e.method != "HEAD" and "/projecthami/hami/" in e.path]
+    assert sorted(p.rsplit("/", 1)[-1] for p in gets) == sorted([subject["digest"], fallback_tag(subject["digest"])])
+
 
 @pytest.mark.parametrize(
     "signing",
@@ -176,6 +184,29 @@ def test_an_image_not_signed_as_the_rule_says_is_not_mirrored_and_the_run_says_w
     assert manifest_digest(target, "mirrored/hami", VERSION) is None
     assert image(report, "kube-webhook-certgen")["targets"][0]["verified"]
     assert not (tmp_path / "out" / "t0" / VERSION / "hami-ack-values.yaml").exists()
+
+
+def test_a_rule_added_later_refuses_a_copy_made_before_it(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The target holds the image and a stranger's signature, copied before any rule: with the rule, neither
+    the target's copy nor the source's signature holds, so the release gets no values."""
+    subject = hami_subject(source)
+    stranger = sigstore.sign_image(subject["digest"], identity=STRANGER)
+    with_client(source, lambda c: push_bundle(c, "projecthami/hami", subject, stranger))
+    (tmp_path / "before").mkdir()  # its own output directory
+    assert main(["sync", VERSION, "--config", str(write_config(tmp_path / "before" / "m.yaml", source, [target]))]) == 0
+    capsys.readouterr()
+    mark = len(target.access_log())
+    code, report, _ = run(config(tmp_path, source, target), capsys)
+    assert code != 0
+    assert f"signed by {STRANGER}" in image(report, "hami")["signature"]["refused"]
+    assert not (tmp_path / "out" / "t0" / VERSION / "hami-ack-values.yaml").exists()
+    assert [e for e in requests_since(target, mark) if e.method in ("PUT", "POST", "PATCH", "DELETE")] == []
 
 
 def test_the_older_sig_layout_is_verified_with_its_inclusion_proof_from_rekor(

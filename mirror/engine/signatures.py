@@ -1,16 +1,19 @@
 """The signature gate: before an image is copied, its digest must carry a signature by the identity its rule
-names, verified with sigstore-python against the signatures the source lists for it (the same look-up that
+names, verified with sigstore-python. A copy made earlier holds the signatures byte for byte, so where a target
+already has the digest its copies are checked first and the source is not read (a re-run costs the source
+nothing more); otherwise, or if none holds there, the signatures the source lists (the same look-up that
 carries them to the targets). Nothing of an image that fails is copied; the run says why."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 
-from mirror.engine.referrers import Found, Referrer
+from mirror.engine.referrers import Found, Referrer, find_referrers
 from mirror.fetch import http_client
 from mirror.oci import Descriptor
 from mirror.registry import RegistryClient
@@ -42,6 +45,15 @@ class SignatureCheck:
             for k, v in (("policy", self.policy), ("signer", self.signer), ("via", self.via), ("refused", self.refused))
             if v
         }
+
+
+@dataclass(frozen=True, slots=True)
+class HeldCopy:
+    """A target repository whose tag already points at the source digest."""
+
+    target: str
+    client: RegistryClient
+    repository: str
 
 
 def policy_of(rule: SignatureRule) -> SignerPolicy:
@@ -122,3 +134,22 @@ class SignatureGate:
         if layer.size > self.max_bytes:
             raise EvidenceError(f"a {layer.size}-byte layer, over signatures.max_bytes ({self.max_bytes})")
         return await source.read_blob(repository, layer)
+
+
+async def check_image(
+    gate: SignatureGate,
+    rule: SignatureRule,
+    digest: str,
+    source: RegistryClient,
+    source_repository: str,
+    source_found: Callable[[], Awaitable[Found]],
+    copies: list[HeldCopy],
+) -> SignatureCheck:
+    """The first signature that holds, at a target that has the digest already, else at the source."""
+    for copy in copies:
+        found = await find_referrers(copy.client, copy.repository, digest)
+        if any(r.kind == "signature" for r in found.referrers):
+            check = await gate.check(copy.client, copy.repository, digest, found, rule)
+            if not check.refused:
+                return replace(check, via=f"{check.via} at {copy.target}")
+    return await gate.check(source, source_repository, digest, await source_found(), rule)

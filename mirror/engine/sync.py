@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from mirror import acr
@@ -39,8 +40,8 @@ from mirror.release import version_key
 from mirror.report import ImageResult, ReleaseResult, TargetResult
 from mirror.settings import MirrorSettings
 
-if TYPE_CHECKING:
-    from mirror.engine.signatures import SignatureGate  # sigstore is imported only where a rule applies
+if TYPE_CHECKING:  # sigstore is imported only where a rule applies
+    from mirror.engine.signatures import HeldCopy, SignatureGate
 
 # Failures that end one image's copy with a one-line reason; anything else is a bug and propagates.
 EXPECTED_FAILURES = (
@@ -176,7 +177,7 @@ class Syncer:
             result.error = f"{job.source_ref}: tag not found at the source"
         if result.error is None and resolved is not None:
             result.source_digest = resolved.digest
-            await self._check_signature(job, resolved.digest, result)
+            await self._check_signature(job, resolved.digest, result, current)
         if result.error is not None or resolved is None:
             for task in current.values():
                 task.cancel()
@@ -186,20 +187,24 @@ class Syncer:
         result.targets = list(await asyncio.gather(*runs))
         return result
 
-    async def _check_signature(self, job: ImageJob, digest: str, result: ImageResult) -> None:
+    async def _check_signature(
+        self, job: ImageJob, digest: str, result: ImageResult, current: dict[str, asyncio.Task[Descriptor | None]]
+    ) -> None:
         """Where a signature rule names the image: refuse it (an error, nothing copied) unless it verifies."""
         rule = self.settings.signatures.rule_for(job.source.registry, job.source.name)
         if rule is None:
             return
-        if self._gate is None:
-            from mirror.engine.signatures import SignatureGate
+        from mirror.engine.signatures import SignatureGate, check_image
 
+        if self._gate is None:
             signatures, timeout = self.settings.signatures, self.settings.transfer.read_timeout
             retry = retry_policy(self.settings.retry)
             self._gate = SignatureGate.open(signatures.trusted_root, signatures.max_bytes, timeout, retry)
         try:
-            found = await self.referrers_of(job, digest)
-            check = await self._gate.check(self.clients[job.source.registry], job.source.name, digest, found, rule)
+            copies = await self._held_copies(job, digest, current)
+            source = self.clients[job.source.registry]
+            found = partial(asyncio.shield, self.referrers_of(job, digest))  # awaited only if the source is read
+            check = await check_image(self._gate, rule, digest, source, job.source.name, found, copies)
         except EXPECTED_FAILURES as exc:
             result.error = f"{job.source_ref}: signature not checked: {exc}"
             return
@@ -208,6 +213,23 @@ class Syncer:
             result.error = f"{job.source_ref}@{digest}: not mirrored: {check.refused}"
         else:
             self.progress.event(f"{job.source_ref}: signed by {check.signer} ({check.via})")
+
+    async def _held_copies(
+        self, job: ImageJob, digest: str, current: dict[str, asyncio.Task[Descriptor | None]]
+    ) -> list[HeldCopy]:
+        """Targets whose tag already points at `digest` and that carry what refers to it."""
+        from mirror.engine.signatures import HeldCopy
+
+        copies = []
+        for ref in job.targets:
+            try:
+                held = await asyncio.shield(current[ref.name])
+            except EXPECTED_FAILURES:
+                continue  # run_target reports it
+            if ref.target.referrers and held is not None and held.digest == digest:
+                client = self.clients[ref.repository.registry]
+                copies.append(HeldCopy(ref.name, client, ref.repository.name))
+        return copies
 
     def referrers_of(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
         """What refers to a source digest, looked up once per run for the gate and every target. `api`: False
