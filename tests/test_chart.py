@@ -208,6 +208,7 @@ def test_explicit_images_take_their_keys_from_the_chart(
     assert "values for t0 not written" in err and "scheduler.patch.image would still pull" in err
     assert "mockDevicePlugin.image would still pull" in err
     assert not (tmp_path / "out" / "t0" / "hami-ack-values.yaml").exists()
+    assert manifest_digest(target, "mirrored/hami", "2.10.0") is None  # the chart is published only after its proof
 
     warned = write_config(
         tmp_path / "warn.yaml",

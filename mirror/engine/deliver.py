@@ -1,7 +1,8 @@
-"""The last steps for a target where every image of a release verified: build the values, publish the chart
-next to the images, prove the values by rendering the chart with them, then write them.
+"""The last steps for a target where every image of a release verified: build the values, prove them by
+rendering the chart with them, publish the chart next to the images, then write them. A refused proof leaves
+nothing at the target and nothing written.
 
-    values -> publish chart -> render check -> write (or refuse, naming each image left behind)
+    values -> render check -> publish chart -> write (or refuse, naming each image left behind)
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ async def deliver(
     install = ChartInstall(settings.values.chart)
     proof: Proof | None = None
     if job.chart is not None and settings.chart is not None:
-        install = await _publish(settings, job, target, client)
         request = RenderRequest(settings.values.release, settings.values.kube_namespace, settings.chart.kube_version)
         rendering = await asyncio.to_thread(render_images, job.chart, values, request, settings.chart.renderer)
         proof = check_rendering(rendering, verified_references(job, result, target), settings.chart.allowed_registries)
@@ -68,6 +68,8 @@ async def deliver(
         return Delivery(None, f"values for {target.name} not written: nodes would pull from the source: {reason}")
     for problem in problems:
         log.warning("%s -> %s: values written with an image left behind: %s", job.version, target.name, problem)
+    if job.chart is not None and settings.chart is not None:
+        install = await _publish(settings, job, target, client)
     written = write_values(
         settings,
         target,
