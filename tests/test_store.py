@@ -39,6 +39,11 @@ async def test_one_job_per_delivery_and_per_active_release(store: JobStore) -> N
     again, created = await store.enqueue("ci", ["v2.10.0"], "after-it-finished")
     assert created and again["id"] != first["id"]
     assert (await store.enqueue("ci", ["v2.10.0"], first["delivery"]))[0]["id"] == first["id"]  # a delivery is forever
+    # so is one that was merged into an active job: resent after that job finished, it starts nothing new
+    resent, created = await store.enqueue("ci", ["v2.10.0"], "another")
+    assert resent["id"] == first["id"] and not created
+    for merged in {f"delivery-{i}" for i in range(3)} - {first["delivery"]}:  # the racing deliveries, too
+        assert (await store.enqueue("ci", ["v2.10.0"], merged))[0]["id"] == first["id"]
 
 
 async def test_concurrent_claims_take_each_job_once(store: JobStore) -> None:

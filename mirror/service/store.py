@@ -38,6 +38,8 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
@@ -66,6 +68,14 @@ jobs = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),  # how many times it was claimed
     Column("result", Text),  # JSON: the releases' reports
     Column("error", Text),
+)
+# Every delivery a job answers: the one that created it, and those merged into it while it was active, so a
+# resent delivery finds its job even after that job finished.
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("delivery", String(200), primary_key=True),
+    Column("job_id", String(32), nullable=False),
 )
 _active = jobs.c.state.in_(ACTIVE)
 Index("jobs_one_active_per_release", jobs.c.release_key, unique=True, sqlite_where=_active, postgresql_where=_active)
@@ -129,7 +139,7 @@ class JobStore:
             try:
                 return _row(await self._run(_inserter(job))), True
             except IntegrityError:
-                existing = await self._run(lambda db: _existing(db, delivery, key))
+                existing = await self._run(lambda db: _existing(db, delivery, key, self.postgres))
                 if existing is not None:
                     return _row(existing), False
                 # the active job of this release finished between our insert and our look: insert again
@@ -213,15 +223,36 @@ def _held(job_id: str, owner: str) -> ColumnElement[bool]:
 
 
 def _inserter(job: dict[str, Any]) -> Callable[[Connection], Any]:
-    return lambda db: db.execute(insert(jobs).values(**job).returning(jobs)).one()
+    def work(db: Connection) -> Any:
+        row = db.execute(insert(jobs).values(**job).returning(jobs)).one()
+        if job["delivery"] is not None:
+            db.execute(insert(deliveries).values(delivery=job["delivery"], job_id=job["id"]))
+        return row
+
+    return work
 
 
-def _existing(db: Connection, delivery: str | None, key: str) -> Any:
+def _existing(db: Connection, delivery: str | None, key: str, postgres: bool) -> Any:
+    """The job that already answers this delivery, else the release's active job (which then answers the
+    delivery too)."""
     if delivery is not None:
-        seen = db.execute(select(jobs).where(jobs.c.delivery == delivery)).first()
+        seen = _job_of_delivery(db, delivery)
         if seen is not None:
             return seen
-    return db.execute(select(jobs).where(jobs.c.release_key == key, _active)).first()
+    active = db.execute(select(jobs).where(jobs.c.release_key == key, _active)).first()
+    if active is not None and delivery is not None:
+        note = (pg_insert if postgres else sqlite_insert)(deliveries).values(delivery=delivery, job_id=active.id)
+        db.execute(note.on_conflict_do_nothing())
+        return _job_of_delivery(db, delivery)  # this job, or the one a racing replica noted first
+    return active
+
+
+def _job_of_delivery(db: Connection, delivery: str) -> Any:
+    noted = select(deliveries.c.job_id).where(deliveries.c.delivery == delivery).scalar_subquery()
+    seen = db.execute(select(jobs).where(jobs.c.id == noted)).first()
+    if seen is None:  # a job recorded before the deliveries table existed
+        seen = db.execute(select(jobs).where(jobs.c.delivery == delivery)).first()
+    return seen
 
 
 def _engine(url: str) -> Engine:
