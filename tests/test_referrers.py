@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from mirror.cli import main
@@ -25,7 +24,8 @@ from mirror.progress import Progress
 from mirror.reference import api_host
 from mirror.registry import RegistryClient
 from mirror.report import ReleaseResult
-from mirror.settings import load_settings
+from mirror.settings import MirrorSettings, load_settings
+from tests.referrersfront import ReferrersFront, stored_referrers
 from tests.support import manifest_bytes, manifest_digest, requests_since, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
@@ -204,60 +204,73 @@ def test_what_refers_to_each_child_of_the_index_is_carried_too(
     assert listings == [f"/v2/projecthami/hami/referrers/{hami.digest}"]
 
 
-def test_a_source_with_the_referrers_api_is_listed_through_it_and_the_target_gets_the_fallback_index(
-    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
-) -> None:
-    """No registry here has the referrers API (Debian's distribution 2.8 answers 404), so it is answered in
-    front of the real source registry, as Docker Hub would answer it, with no fallback tag at the source;
-    everything else goes to the registry. The real target lacks the API: mirror writes the fallback index."""
-    hami, _ = seed_release(source)
-    subject = {"mediaType": OCI_INDEX, "digest": hami.digest, "size": len(hami.manifests[hami.digest])}
-    signed = with_client(source, lambda c: sign(c, "projecthami/hami", subject))
-    hidden = f"/v2/projecthami/hami/manifests/{fallback_tag(hami.digest)}"
-    listed = json.loads(manifest_bytes(source, "projecthami/hami", fallback_tag(hami.digest)))["manifests"]
-    asked: list[str] = []
-    registry = httpx.AsyncClient(base_url=source.url)
-
-    async def answer(request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if "/referrers/" in path:
-            asked.append(path)
-            entries = listed if path.endswith(hami.digest) else []
-            body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
-            return httpx.Response(200, headers={"Content-Type": OCI_INDEX}, content=body)
-        if path == hidden:
-            return httpx.Response(404, json={"errors": [{"code": "MANIFEST_UNKNOWN", "message": "unknown"}]})
-        url = request.url.copy_with(scheme="http", host=source.address, port=source.port)
-        real = await registry.request(request.method, url, headers=request.headers, content=await request.aread())
-        headers = {k: v for k, v in real.headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
-        return httpx.Response(real.status_code, headers=headers, content=real.content)
-
-    settings = load_settings(write_config(tmp_path / "mirror.yaml", source, [target]))
+def sync_through(settings: MirrorSettings, fronts: list[ReferrersFront]) -> ReleaseResult:
+    """`mirror sync` of the test release, the given registries reached through their fronts."""
 
     async def go() -> list[ReleaseResult]:
         clients = Clients(settings)
-        front = httpx.AsyncClient(base_url=f"http://{source.host}", transport=httpx.MockTransport(answer))
-        clients._open[api_host(source.host)] = RegistryClient(source.host, front)
+        for front in fronts:
+            clients._open[api_host(front.registry.host)] = front.client()
         try:
             return await sync(settings, [VERSION], SyncOptions(), Progress(), clients=clients)
         finally:
             await clients.aclose()
-            await registry.aclose()
+            for front in fronts:
+                await front.aclose()
 
     (result,) = asyncio.run(go())
+    return result
+
+
+def test_a_source_with_the_referrers_api_is_listed_through_it_and_the_target_gets_the_fallback_index(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """The source answers the referrers API (tests/referrersfront.py) and has no fallback tag, as Docker Hub
+    would; the real target lacks the API, so mirror writes the fallback index there."""
+    hami, _ = seed_release(source)
+    subject = {"mediaType": OCI_INDEX, "digest": hami.digest, "size": len(hami.manifests[hami.digest])}
+    signed = with_client(source, lambda c: sign(c, "projecthami/hami", subject))
+    front = ReferrersFront(source, hidden_tags=[fallback_tag(hami.digest)])
+    result = sync_through(load_settings(write_config(tmp_path / "mirror.yaml", source, [target])), [front])
+
     hami_result = next(i for i in result.images if i.name == "hami")
     carried = hami_result.targets[0].referrers or {}
     assert hami_result.targets[0].verified and carried["left_out"] == []
     assert sorted(c["via"] for c in carried["carried"]) == sorted(["referrers", *signed.legacy])
-    # the API was asked for the index and for each child; the hidden fallback tag was never the answer
+    # the API was asked for the index and for each child
     children = [m["digest"] for m in json.loads(hami.manifests[hami.digest])["manifests"]]
-    hami_asked = [p.rsplit("/", 1)[-1] for p in asked if p.startswith("/v2/projecthami/hami/")]
+    hami_asked = [p.rsplit("/", 1)[-1] for p in front.asked if p.startswith("/v2/projecthami/hami/")]
     assert sorted(hami_asked) == sorted([hami.digest, *children])
     # the target's fallback index, written by mirror, lists the referrer as the source's API did
     written = json.loads(manifest_bytes(target, "mirrored/hami", fallback_tag(hami.digest)))
     assert written["mediaType"] == OCI_INDEX
+    assert written["manifests"] == stored_referrers(source, "projecthami/hami", hami.digest)
     assert [(m["digest"], m["artifactType"]) for m in written["manifests"]] == [(signed.bundle, BUNDLE)]
-    assert written["manifests"] == listed
-    assert manifest_bytes(target, "mirrored/hami", signed.bundle) == manifest_bytes(
-        source, "projecthami/hami", signed.bundle
-    )
+    bundle_bytes = manifest_bytes(target, "mirrored/hami", signed.bundle)
+    assert bundle_bytes == manifest_bytes(source, "projecthami/hami", signed.bundle)
+
+
+def test_a_target_with_the_referrers_api_lists_what_was_carried_and_gets_no_fallback_index(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """The target answers the referrers API from what it stores: mirror pushes the referrer with its subject
+    and maintains no fallback tag; a re-run writes nothing."""
+    signed = signed_release(source)
+    settings = load_settings(write_config(tmp_path / "mirror.yaml", source, [target]))
+    result = sync_through(settings, [ReferrersFront(target)])
+
+    hami_result = next(i for i in result.images if i.name == "hami")
+    carried = hami_result.targets[0].referrers or {}
+    assert hami_result.targets[0].verified and carried["left_out"] == []
+    assert sorted(c["via"] for c in carried["carried"]) == sorted(["referrers", *signed.legacy])
+    assert manifest_digest(target, "mirrored/hami", fallback_tag(signed.subject)) is None
+    (listed,) = stored_referrers(target, "mirrored/hami", signed.subject)
+    assert (listed["digest"], listed["artifactType"]) == (signed.bundle, BUNDLE)
+    for digest in (signed.bundle, *signed.legacy.values()):
+        assert manifest_bytes(target, "mirrored/hami", digest) == manifest_bytes(source, "projecthami/hami", digest)
+
+    mark = len(target.access_log())
+    again = ReferrersFront(target)
+    sync_through(settings, [again])
+    assert [e for e in requests_since(target, mark) if e.method in ("PUT", "POST", "PATCH", "DELETE")] == []
+    assert f"/v2/mirrored/hami/referrers/{signed.subject}" in again.asked
