@@ -69,13 +69,17 @@ async def push_bundle(client: RegistryClient, repository: str, subject: dict[str
 
 
 async def push_legacy(
-    client: RegistryClient, repository: str, digest: str, payload: bytes, annotations: dict[str, str]
+    client: RegistryClient, repository: str, digest: str, *signatures: tuple[bytes, dict[str, str]]
 ) -> str:
+    """cosign's `.sig` image: one simple-signing layer per signature."""
     builder = SampleBuilder(client, repository, seed=8)
-    layer = await builder.blob(payload, SIMPLE_SIGNING)
-    layer["annotations"] = annotations
+    layers = []
+    for payload, notes in signatures:
+        layer = await builder.blob(payload, SIMPLE_SIGNING)
+        layer["annotations"] = notes
+        layers.append(layer)
     config = await builder.blob(json.dumps({"architecture": "", "os": "", "rootfs": {}}).encode(), IMAGE_CONFIG)
-    doc = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": [layer]}
+    doc = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": layers}
     return str((await builder.manifest(doc, fallback_tag(digest) + ".sig"))["digest"])
 
 
@@ -216,15 +220,18 @@ def test_the_older_sig_layout_is_verified_with_its_inclusion_proof_from_rekor(
     sigstore: SigstoreInstance,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Two signatures in the one `.sig` image, as cosign appends them: a stranger's first, then HAMi's."""
     subject = hami_subject(source)
     sigstore.sign_image("sha256:" + "1" * 64)  # the log holds others: a real Merkle path
-    payload, annotations = sigstore.sign_image_legacy(subject["digest"])
+    stranger = sigstore.sign_image_legacy(subject["digest"], identity=STRANGER)
+    hami = sigstore.sign_image_legacy(subject["digest"])
     sigstore.sign_image("sha256:" + "2" * 64)
-    sig = with_client(source, lambda c: push_legacy(c, "projecthami/hami", subject["digest"], payload, annotations))
+    sig = with_client(source, lambda c: push_legacy(c, "projecthami/hami", subject["digest"], stranger, hami))
     code, report, err = run(config(tmp_path, source, target), capsys)
     assert code == 0, err
-    assert image(report, "hami")["signature"]["via"] == fallback_tag(subject["digest"]) + ".sig"
-    assert sigstore.lookups == ["/api/v1/log/entries?logIndex=1"]
+    signature = image(report, "hami")["signature"]
+    assert signature["via"] == fallback_tag(subject["digest"]) + ".sig" and signature["signer"] == HAMI_IDENTITY
+    assert sigstore.lookups == ["/api/v1/log/entries?logIndex=1", "/api/v1/log/entries?logIndex=2"]
     assert manifest_digest(target, "mirrored/hami", fallback_tag(subject["digest"]) + ".sig") == sig
 
 
@@ -239,7 +246,7 @@ def test_an_older_sig_whose_rekor_entry_does_not_match_is_refused(
     payload, annotations = sigstore.sign_image_legacy(subject["digest"])
     _, other = sigstore.sign_image_legacy(subject["digest"])
     annotations["dev.sigstore.cosign/bundle"] = other["dev.sigstore.cosign/bundle"]  # someone else's log entry
-    with_client(source, lambda c: push_legacy(c, "projecthami/hami", subject["digest"], payload, annotations))
+    with_client(source, lambda c: push_legacy(c, "projecthami/hami", subject["digest"], (payload, annotations)))
     code, report, _ = run(config(tmp_path, source, target), capsys)
     assert code != 0
     assert "inconsistent" in image(report, "hami")["signature"]["refused"]

@@ -86,8 +86,9 @@ class SignatureGate:
         return await asyncio.shield(self._trust)
 
     async def check(
-        self, source: RegistryClient, repository: str, digest: str, found: Found, rule: SignatureRule
+        self, registry: RegistryClient, repository: str, digest: str, found: Found, rule: SignatureRule
     ) -> SignatureCheck:
+        """The first signature `found` in `registry` that holds for `digest` under the rule, else why none."""
         policy = policy_of(rule)
         described = policy.describe()
         try:
@@ -100,40 +101,47 @@ class SignatureGate:
         reasons: list[str] = []
         for referrer in signatures:
             try:
-                signer = await self._verify_one(source, repository, digest, referrer, policy, trust)
+                signer = await self._verify_artifact(registry, repository, digest, referrer, policy, trust)
             except (NotVerified, EvidenceError) as exc:
                 reasons.append(f"{referrer.via} {referrer.digest[:19]}: {exc}")
                 continue
             return SignatureCheck(described, signer=signer, via=referrer.via)
         return SignatureCheck(described, refused=f"no signature by {described} holds: " + "; ".join(reasons))
 
-    async def _verify_one(
+    async def _verify_artifact(
         self,
-        source: RegistryClient,
+        registry: RegistryClient,
         repository: str,
         digest: str,
         referrer: Referrer,
         policy: SignerPolicy,
         trust: Trust,
     ) -> str:
-        manifest = await source.get_manifest(repository, referrer.digest)
+        """The signer of the first layer that holds: a sigstore bundle, or one of a `.sig` image's layers
+        (cosign adds a layer there for each signature)."""
+        manifest = await registry.get_manifest(repository, referrer.digest)
+        problems: list[str] = []
         for layer in manifest.layers:
-            if layer.media_type in SIGSTORE_BUNDLE_TYPES:
-                raw = await self._small_blob(source, repository, layer)
-                return await asyncio.to_thread(verify_bundle, trust, raw, digest, policy)
-        for layer in manifest.layers:
-            if layer.media_type == SIMPLE_SIGNING and SIGNATURE_ANNOTATION in layer.annotations:
-                signature = LegacySignature.from_annotations(layer.annotations)
-                payload = await self._small_blob(source, repository, layer)
-                answer = await fetch_entry(self.rekor, trust.rekor_url, signature.log_index, self.max_bytes)
-                bundle = legacy_bundle(signature, payload_digest(payload), answer)
-                return await asyncio.to_thread(verify_legacy, trust, payload, bundle, digest, policy)
+            try:
+                if layer.media_type in SIGSTORE_BUNDLE_TYPES:
+                    raw = await self._small_blob(registry, repository, layer)
+                    return await asyncio.to_thread(verify_bundle, trust, raw, digest, policy)
+                if layer.media_type == SIMPLE_SIGNING and SIGNATURE_ANNOTATION in layer.annotations:
+                    signature = LegacySignature.from_annotations(layer.annotations)
+                    payload = await self._small_blob(registry, repository, layer)
+                    answer = await fetch_entry(self.rekor, trust.rekor_url, signature.log_index, self.max_bytes)
+                    bundle = legacy_bundle(signature, payload_digest(payload), answer)
+                    return await asyncio.to_thread(verify_legacy, trust, payload, bundle, digest, policy)
+            except (NotVerified, EvidenceError) as exc:
+                problems.append(str(exc))
+        if problems:
+            raise NotVerified("; ".join(problems))
         raise EvidenceError("no sigstore bundle or signed payload in it")
 
-    async def _small_blob(self, source: RegistryClient, repository: str, layer: Descriptor) -> bytes:
+    async def _small_blob(self, registry: RegistryClient, repository: str, layer: Descriptor) -> bytes:
         if layer.size > self.max_bytes:
             raise EvidenceError(f"a {layer.size}-byte layer, over signatures.max_bytes ({self.max_bytes})")
-        return await source.read_blob(repository, layer)
+        return await registry.read_blob(repository, layer)
 
 
 async def check_image(
