@@ -145,6 +145,8 @@ def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_ver
     assert image(report, "hami")["signature"]["via"] == "referrers at t0"
     gets = [e.path for e in requests_since(source, mark) if e.method != "HEAD" and "/projecthami/hami/" in e.path]
     assert sorted(p.rsplit("/", 1)[-1] for p in gets) == sorted([subject["digest"], fallback_tag(subject["digest"])])
+    assert main(["sync", VERSION, "--config", str(config(tmp_path, source, target))]) == 0
+    assert f"signature: signed by {HAMI_IDENTITY} (referrers at t0)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -183,6 +185,9 @@ def test_an_image_not_signed_as_the_rule_says_is_not_mirrored_and_the_run_says_w
     }[signing]
     assert reason in hami["signature"]["refused"], hami["signature"]
     assert reason in err
+    assert main(["sync", VERSION, "--config", str(config(tmp_path, source, target))]) == 1
+    summary = capsys.readouterr().out
+    assert "NOT COPIED" in summary and reason in summary
     # nothing of the image reached the target, and no values were written for the release
     assert writes_to(target, "mirrored/hami") == []
     assert manifest_digest(target, "mirrored/hami", VERSION) is None

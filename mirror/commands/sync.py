@@ -76,6 +76,10 @@ def print_summary(results: list[ReleaseResult]) -> None:
         print(f"release {release.version}{' (dry run)' if release.dry_run else ''}")
         for image in release.images:
             print(f"  {image.name}  {image.source}  {image.source_digest or '-'}")
+            if image.signature and not image.signature.get("refused"):
+                print(f"    signature: signed by {image.signature['signer']} ({image.signature['via']})")
+            if image.error and not image.targets:
+                print(f"    NOT COPIED: {image.error}")
             for target in image.targets:
                 state = "verified" if target.verified else (target.plan if target.action == "planned" else "FAILED")
                 print(f"    -> {target.target}: {target.action}, {state}")
