@@ -47,6 +47,7 @@ from mirror.demo.samplechart import chart_repository, hami_chart
 from mirror.engine.clients import open_client
 from mirror.oci import Manifest
 from mirror.settings import MirrorSettings
+from tests.sigstore_instance import SigstoreInstance, push_signature
 from tests.support import cdn_server, http_server
 from tests.tokenserver import token_server
 
@@ -138,8 +139,9 @@ def website(hits: list[str]) -> type[http.server.BaseHTTPRequestHandler]:
     return DockerWebSite
 
 
-async def seed(settings: MirrorSettings) -> dict[str, str]:
-    """HAMi-shaped releases at the source, pushed with the publisher's credentials; returns tag -> digest."""
+async def seed(settings: MirrorSettings, sigstore: SigstoreInstance) -> dict[str, str]:
+    """HAMi-shaped releases at the source, pushed with the publisher's credentials, the hami index signed as
+    HAMi's release workflow signs it (cosign v3, keyless); returns tag -> digest."""
     client = open_client(settings, "registry-1.docker.io")
     try:
         hami = await push_multiarch(
@@ -148,6 +150,8 @@ async def seed(settings: MirrorSettings) -> dict[str, str]:
         index = Manifest.parse(hami.manifests[hami.digest])
         for tag in RELEASES:
             await client.put_manifest("projecthami/hami", tag, index)
+        subject = {"mediaType": index.media_type, "digest": hami.digest, "size": len(index.raw)}
+        await push_signature(client, "projecthami/hami", subject, sigstore.sign_image(hami.digest))
         certgen = await push_multiarch(
             client, "liangjw/kube-webhook-certgen", "v1.1.1", shared_layers=(SHARED,), docker=True, seed=2
         )
@@ -223,10 +227,13 @@ def main(directory: Path) -> None:
             images=[{"name": "unused", "source": "unused/unused"}],  # type: ignore[list-item]
             registries={"registry-1.docker.io": {"username": PUBLISHER[0], "password": PUBLISHER[1]}},  # type: ignore[dict-item]
         )
-        digests = asyncio.run(seed(publisher))
+        sigstore = SigstoreInstance()
+        trusted_root = directory / "trusted_root.json"
+        trusted_root.write_text(json.dumps(sigstore.trusted_root()), encoding="utf-8")
+        digests = asyncio.run(seed(publisher, sigstore))
         hub_tokens.requests.clear()  # count only what mirror asks for from here on
         cdn.requests, cdn.seen_authorization[:] = 0, []
-        ready = {"pid": os.getpid(), "ca": str(ca), "digests": digests}
+        ready = {"pid": os.getpid(), "ca": str(ca), "digests": digests, "trusted_root": str(trusted_root)}
         stop = threading.Event()
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, lambda *_: stop.set())

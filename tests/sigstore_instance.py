@@ -26,10 +26,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
+from mirror.demo.sample import SampleBuilder
+from mirror.engine.referrers import fallback_tag
+from mirror.oci import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
+from mirror.registry import RegistryClient
+
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 HAMI_IDENTITY = "https://github.com/Project-HAMi/HAMi/.github/workflows/release.yaml@refs/tags/v2.10.0"
 SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
 IN_TOTO = "application/vnd.in-toto+json"
+BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 
 _ISSUER_V1 = ObjectIdentifier("1.3.6.1.4.1.57264.1.1")
 _ISSUER_V2 = ObjectIdentifier("1.3.6.1.4.1.57264.1.8")
@@ -413,3 +419,25 @@ class RekorServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+async def push_signature(client: RegistryClient, repository: str, subject: dict[str, Any], bundle: bytes) -> str:
+    """As cosign v3 pushes a signature where the registry has no referrers API: the referrer, then the
+    fallback index listing it."""
+    builder = SampleBuilder(client, repository, seed=7)
+    referrer = await builder.manifest(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": BUNDLE,
+            "config": await builder.blob(b"{}", OCI_EMPTY),
+            "layers": [await builder.blob(bundle, BUNDLE)],
+            "subject": subject,
+            "annotations": {"dev.sigstore.bundle.predicateType": "https://sigstore.dev/cosign/sign/v1"},
+        }
+    )
+    listed = {**referrer, "artifactType": BUNDLE}
+    await builder.manifest(
+        {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [listed]}, fallback_tag(subject["digest"])
+    )
+    return str(referrer["digest"])

@@ -20,6 +20,7 @@ import yaml
 
 from mirror.demo.localregistry import AccessEntry, read_access_log
 from tests.realnames import ACR_SERVICE, ACR_USER, HUB_SERVICE
+from tests.sigstore_instance import HAMI_IDENTITY
 
 ROOT = Path(__file__).parents[1]
 NAMESPACE = "hami-mirror"
@@ -77,6 +78,17 @@ def shipped_config(tmp_path: Path) -> Path:
     return path
 
 
+def with_shipped_signature_rule(config: Path, trusted_root: str) -> None:
+    """Uncomment the config's `signatures:` example, as a user turns it on, and point it at the world's root."""
+    lines = config.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# signatures:"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("#"))
+    lines[start:end] = [line.removeprefix("# ") for line in lines[start:end]]
+    data = yaml.safe_load("\n".join(lines))
+    data["signatures"]["trusted_root"] = trusted_root  # the world's own Sigstore instance: no network here
+    config.write_text(yaml.safe_dump(data))
+
+
 def requests(entries: list[AccessEntry], method: str, contains: str) -> list[str]:
     """Requests that were answered (a 401 challenge before the token is not counted)."""
     return [e.path for e in entries if e.method == method and contains in e.path and e.status != 401]
@@ -130,6 +142,23 @@ def test_the_shipped_config_syncs_a_release_from_docker_hub_to_acr(tmp_path: Pat
     assert requests(hub, "HEAD", "/v2/projecthami/hami/manifests/v2.10.0")
     assert requests(acr, "PUT", f"/v2/{NAMESPACE}/hami/manifests/v2.10.0")
     assert ACR_USER[1] not in done.stdout + done.stderr
+
+
+def test_the_shipped_signature_rule_admits_the_release_hami_signed(tmp_path: Path, world: World) -> None:
+    """HAMi's index is signed in this world as its release workflow signs it; the rule checks it at Docker Hub
+    (the bundle's blob fetched through the CDN) before anything is copied to ACR."""
+    config = shipped_config(tmp_path)
+    with_shipped_signature_rule(config, world.ready["trusted_root"])
+    env = {"ACR_PASSWORD": ACR_USER[1]}
+    done = world.mirror("sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    images = {image["name"]: image for image in json.loads(done.stdout)["images"]}
+    assert images["hami"]["signature"]["signer"] == HAMI_IDENTITY
+    assert images["hami"]["signature"]["via"] == "referrers"
+    assert all("signature" not in image for name, image in images.items() if name != "hami")  # the rule names hami
+    assert (tmp_path / "out" / "cn-hangzhou" / "hami-ack-values.yaml").is_file()
+    summary = world.stop()
+    assert summary["cdn_authorization"] == [] and summary["website_hits"] == []
 
 
 def test_the_shipped_config_discovers_releases_at_docker_hub(tmp_path: Path, world: World) -> None:

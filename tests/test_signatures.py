@@ -20,9 +20,9 @@ from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import SampleBuilder
 from mirror.engine.referrers import fallback_tag
-from mirror.oci import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
+from mirror.oci import OCI_INDEX, OCI_MANIFEST
 from mirror.registry import RegistryClient
-from tests.sigstore_instance import GITHUB_ISSUER, HAMI_IDENTITY, RekorServer, SigstoreInstance
+from tests.sigstore_instance import GITHUB_ISSUER, HAMI_IDENTITY, RekorServer, SigstoreInstance, push_signature
 from tests.support import blob_bytes, manifest_bytes, manifest_digest, requests_since, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
@@ -44,28 +44,6 @@ def sigstore(tmp_path: Path) -> Iterator[SigstoreInstance]:
     (tmp_path / "trusted_root.json").write_text(json.dumps(instance.trusted_root()))
     yield instance
     rekor.close()
-
-
-async def push_bundle(client: RegistryClient, repository: str, subject: dict[str, Any], bundle: bytes) -> str:
-    """As cosign v3 pushes a signature where the registry has no referrers API: the referrer, then the
-    fallback index listing it."""
-    builder = SampleBuilder(client, repository, seed=7)
-    referrer = await builder.manifest(
-        {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "artifactType": BUNDLE,
-            "config": await builder.blob(b"{}", OCI_EMPTY),
-            "layers": [await builder.blob(bundle, BUNDLE)],
-            "subject": subject,
-            "annotations": {"dev.sigstore.bundle.predicateType": "https://sigstore.dev/cosign/sign/v1"},
-        }
-    )
-    listed = {**referrer, "artifactType": BUNDLE}
-    await builder.manifest(
-        {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [listed]}, fallback_tag(subject["digest"])
-    )
-    return str(referrer["digest"])
 
 
 async def push_legacy(
@@ -118,7 +96,7 @@ def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_ver
 ) -> None:
     subject = hami_subject(source)
     referrer = with_client(
-        source, lambda c: push_bundle(c, "projecthami/hami", subject, sigstore.sign_image(subject["digest"]))
+        source, lambda c: push_signature(c, "projecthami/hami", subject, sigstore.sign_image(subject["digest"]))
     )
     code, report, err = run(config(tmp_path, source, target), capsys)
     assert code == 0, err
@@ -171,7 +149,7 @@ def test_an_image_not_signed_as_the_rule_says_is_not_mirrored_and_the_run_says_w
     }
     bundle = signers[signing]()
     if bundle is not None:
-        with_client(source, lambda c: push_bundle(c, "projecthami/hami", subject, bundle))
+        with_client(source, lambda c: push_signature(c, "projecthami/hami", subject, bundle))
     code, report, err = run(config(tmp_path, source, target), capsys)
     assert code != 0
     hami = image(report, "hami")
@@ -206,7 +184,7 @@ def test_a_rule_added_later_refuses_a_copy_made_before_it(
     the target's copy nor the source's signature holds, so the release gets no values."""
     subject = hami_subject(source)
     stranger = sigstore.sign_image(subject["digest"], identity=STRANGER)
-    with_client(source, lambda c: push_bundle(c, "projecthami/hami", subject, stranger))
+    with_client(source, lambda c: push_signature(c, "projecthami/hami", subject, stranger))
     (tmp_path / "before").mkdir()  # its own output directory
     assert main(["sync", VERSION, "--config", str(write_config(tmp_path / "before" / "m.yaml", source, [target]))]) == 0
     capsys.readouterr()
@@ -269,7 +247,7 @@ def test_an_attestation_bundle_is_not_taken_for_a_signature(
     cosign's signing predicate."""
     subject = hami_subject(source)
     bundle = sigstore.sign_image(subject["digest"], predicate="https://slsa.dev/provenance/v1")
-    with_client(source, lambda c: push_bundle(c, "projecthami/hami", subject, bundle))
+    with_client(source, lambda c: push_signature(c, "projecthami/hami", subject, bundle))
     code, report, _ = run(config(tmp_path, source, target), capsys)
     assert code != 0
     assert "not an image signature" in image(report, "hami")["signature"]["refused"]
