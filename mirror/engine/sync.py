@@ -62,6 +62,7 @@ class Decision:
 
     current: str | None = None
     drift: str | None = None
+    children: tuple[str, ...] | None = None  # the current index's children, when verification read them
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,8 @@ class Syncer:
             result.error = f"{job.source_ref}: tag not found at the source"
         if result.error is None and resolved is not None:
             result.source_digest = resolved.digest
+            if any(ref.target.referrers for ref in job.targets):
+                self.referrers_of(job, resolved.digest)  # under way while the targets decide
             await self._check_signature(job, resolved.digest, result, current)
         if result.error is not None or resolved is None:
             for task in current.values():
@@ -240,6 +243,7 @@ class Syncer:
             source = self.clients[job.source.registry]
             look_up = find_referrers(source, job.source.name, digest, api)
             task = self._referrers[key] = asyncio.ensure_future(look_up)
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read by whoever needs it, or dropped
         return task
 
     def _head_target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
@@ -296,7 +300,7 @@ class Syncer:
             if decision.current != resolved.digest:
                 result.rewrite = {"source_digest": resolved.digest, "target_digest": decision.current}
             result.anonymous_pull = await pullable  # the values' pull secret depends on it, every run
-            await self._carry_referrers(job, ref, resolved, result)
+            await self._carry_referrers(job, ref, resolved, result, decision.children)
             return
         pullable.cancel()
         stats = await self._copy(job, ref, resolved, client, result, label)
@@ -313,11 +317,18 @@ class Syncer:
         result.verified = True
         self.progress.event(f"{label}: copied and verified ({stats.root.digest[:19]})")
         result.anonymous_pull = await self._pullable(ref, job.tag)
-        await self._carry_referrers(job, ref, resolved, result)
+        await self._carry_referrers(job, ref, resolved, result, tuple(d.digest for d in stats.root.manifests))
 
-    async def _carry_referrers(self, job: ImageJob, ref: TargetRef, resolved: Descriptor, result: TargetResult) -> None:
-        """Signatures, attestations and SBOMs of the image's index and of each of its children, where the target
-        keeps the source's digest."""
+    async def _carry_referrers(
+        self,
+        job: ImageJob,
+        ref: TargetRef,
+        resolved: Descriptor,
+        result: TargetResult,
+        children: tuple[str, ...] | None,
+    ) -> None:
+        """Signatures, attestations and SBOMs of the image's index and of each of its children (as the copy or
+        the verification saw them, else read from the target), where the target keeps the source's digest."""
         if not ref.target.referrers:
             return
         if result.digest != resolved.digest:
@@ -326,7 +337,8 @@ class Syncer:
             return
         target = self.clients[ref.repository.registry]
         root = await asyncio.shield(self.referrers_of(job, resolved.digest))
-        children = await self._children_at(target, ref.repository.name, resolved)
+        if children is None:
+            children = await self._children_at(target, ref.repository.name, resolved)
         found = [root, *await asyncio.gather(*(asyncio.shield(self.referrers_of(job, c, root.api)) for c in children))]
         parts = await asyncio.gather(
             *(
@@ -352,11 +364,11 @@ class Syncer:
                 + (f", left out {len(carried.left_out)}" if carried.left_out else "")
             )
 
-    async def _children_at(self, target: RegistryClient, repository: str, resolved: Descriptor) -> list[str]:
+    async def _children_at(self, target: RegistryClient, repository: str, resolved: Descriptor) -> tuple[str, ...]:
         """The child digests of an index, read from the target's verified copy (the source gets no GET)."""
         if resolved.media_type not in INDEX_TYPES:
-            return []
-        return [d.digest for d in (await target.get_manifest(repository, resolved.digest)).manifests]
+            return ()
+        return tuple(d.digest for d in (await target.get_manifest(repository, resolved.digest)).manifests)
 
     async def _decide(
         self,
@@ -379,7 +391,7 @@ class Syncer:
             check = await self._verify(client, repository, job.tag, expected, resolved=current)
             if check.ok:
                 self.progress.event(f"{label}: up to date, verified ({expected[:19]})")
-                return Decision(current=expected)
+                return Decision(current=expected, children=check.children)
             self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
             return Decision()
         if self.options.force:

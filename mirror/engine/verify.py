@@ -14,6 +14,7 @@ from mirror.registry import RegistryClient, RegistryError
 @dataclass(frozen=True, slots=True)
 class Verification:
     problems: tuple[str, ...]
+    children: tuple[str, ...] | None = None  # the index's child digests, when the root was read
 
     @property
     def ok(self) -> bool:
@@ -79,4 +80,4 @@ async def verify_copy(
         for future in checks.values():
             future.cancel()
         return Verification((str(exc),))
-    return Verification(tuple(dict.fromkeys(problems)))
+    return Verification(tuple(dict.fromkeys(problems)), tuple(d.digest for d in root.manifests))
