@@ -98,7 +98,7 @@ class Syncer:
         self.spool = Spool(settings.spool.max_bytes, settings.transfer.chunk_size, settings.spool.dir)
         self._blobs: dict[str, TargetBlobs] = {}
         self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
-        self._referrers: dict[tuple[str, str], asyncio.Task[Found]] = {}
+        self._referrers: dict[tuple[str, str, str], asyncio.Task[Found]] = {}
         self._anonymous: dict[str, RegistryClient] = {}
         self._gate: SignatureGate | None = None
 
@@ -237,7 +237,7 @@ class Syncer:
     def referrers_of(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
         """What refers to a source digest, looked up once per run for the gate and every target. `api`: False
         once the source is known to lack the referrers API (its tags are still looked at)."""
-        key = (job.source.name, digest)
+        key = (job.source.registry, job.source.name, digest)
         task = self._referrers.get(key)
         if task is None:
             source = self.clients[job.source.registry]
