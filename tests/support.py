@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
 import ssl
 import threading
 import time
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import httpx
+import pytest
 import yaml
 
+from mirror.cli import main
 from mirror.demo.localregistry import AccessEntry, LocalRegistry
 from mirror.oci import MANIFEST_ACCEPT
 from mirror.registry import RegistryClient
@@ -63,6 +66,13 @@ def blob_exists(registry: LocalRegistry, repository: str, digest: str) -> bool:
     return httpx.head(f"{registry.url}/v2/{repository}/blobs/{digest}").status_code in (200, 307)
 
 
+def sync_json(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:
+    """`mirror sync ARGS --config CONFIG --json`: the exit code, the parsed report ({} when none) and stderr."""
+    code = main(["sync", *args, "--config", str(config), "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out) if captured.out.strip() else {}, captured.err
+
+
 def requests_since(registry: LocalRegistry, mark: int) -> list[AccessEntry]:
     return registry.access_log()[mark:]
 
@@ -82,6 +92,11 @@ def beyond_heads(entries: Sequence[R]) -> list[R]:
     """What a fast path sent besides HEADs and the referrers listing (which this registry answers 404):
     anything here is a counted pull on Docker Hub, or a read that should not happen."""
     return [e for e in entries if e.method != "HEAD" and not (e.method == "GET" and "/referrers/" in e.path)]
+
+
+def writes(entries: Sequence[R]) -> list[R]:
+    """What changed something at a registry: pushes, upload sessions, deletes."""
+    return [e for e in entries if e.method in ("PUT", "POST", "PATCH", "DELETE")]
 
 
 class HasHost(Protocol):

@@ -18,14 +18,8 @@ from mirror.demo.localregistry import LocalRegistry
 from mirror.engine.policy import SOURCE_DIGEST_ANNOTATION
 from mirror.settings import ConfigError, load_settings
 from mirror.values import dra_rbac, scheduler_service_account
-from tests.support import beyond_heads, manifest_bytes, manifest_digest, requests_since, write_config
+from tests.support import beyond_heads, manifest_bytes, manifest_digest, requests_since, sync_json, write_config
 from tests.test_sync import VERSION, seed_release
-
-
-def run(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any], str]:
-    code = main(["sync", VERSION, "--config", str(config), "--json", *args])
-    captured = capsys.readouterr()
-    return code, json.loads(captured.out) if captured.out.strip() else {}, captured.err
 
 
 def index_of(registry: LocalRegistry, repository: str, ref: str) -> dict[str, Any]:
@@ -42,7 +36,7 @@ def test_auto_rewrites_the_index_when_acr_refuses_attestations(
     hami, _ = seed_release(source)
     config = write_config(tmp_path / "mirror.yaml", source, [acr_like])
 
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
 
     assert code == 0, err
     result = hami_result(report)
@@ -64,7 +58,7 @@ def test_auto_rewrites_the_index_when_acr_refuses_attestations(
 
     # the re-run recognises its own rewrite: no drift, nothing fetched from the source but HEADs
     mark = len(source.access_log())
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     assert hami_result(report)["action"] == "up-to-date"
     assert hami_result(report)["rewrite"]["target_digest"] == rewrite["target_digest"]
@@ -76,10 +70,10 @@ def test_drop_rewrites_up_front(
 ) -> None:
     hami, _ = seed_release(source)
     config = write_config(tmp_path / "mirror.yaml", source, [target], target_options={"attestations": "drop"})
-    code, report, err = run(config, capsys, "--dry-run")
+    code, report, err = sync_json(config, capsys, VERSION, "--dry-run")
     assert code == 0, err
     assert "leave out 2 index entries" in hami_result(report)["plan"]
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     dropped = hami_result(report)["rewrite"]["dropped"]
     assert {d["reason"] for d in dropped} == {"not an image (attestations: drop)"}
@@ -94,7 +88,7 @@ def test_keep_into_a_permissive_target_is_byte_for_byte(
     hami, _ = seed_release(source)
     for policy in ("keep", "auto"):
         config = write_config(tmp_path / f"{policy}.yaml", source, [target], target_options={"attestations": policy})
-        code, report, err = run(config, capsys)
+        code, report, err = sync_json(config, capsys, VERSION)
         assert code == 0, err
         assert "rewrite" not in hami_result(report)
         assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
@@ -105,7 +99,7 @@ def test_platform_filter_writes_a_filtered_index(
 ) -> None:
     hami, _ = seed_release(source)
     config = write_config(tmp_path / "mirror.yaml", source, [target], target_options={"platforms": ["linux/amd64"]})
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     source_index = json.loads(hami.manifests[hami.digest])
     by_platform = {f"{e['platform']['os']}/{e['platform']['architecture']}": e for e in source_index["manifests"]}
@@ -128,7 +122,7 @@ def test_a_filter_that_leaves_nothing_is_refused(
 ) -> None:
     seed_release(source)
     config = write_config(tmp_path / "mirror.yaml", source, [target], target_options={"platforms": ["linux/s390x"]})
-    code, _, err = run(config, capsys)
+    code, _, err = sync_json(config, capsys, VERSION)
     assert code == 1 and "no image is left after the platform filter" in err
     assert manifest_digest(target, "mirrored/hami", VERSION) is None
 
@@ -157,7 +151,7 @@ def test_pull_secret_exactly_when_anonymous_pulls_fail(
     from tests.test_token_auth import PASSWORD, USER
 
     config = token_world.config({"username": USER, "password": PASSWORD})
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     pulls = {i["name"]: i["targets"][0]["anonymous_pull"] for i in report["images"]}
     assert pulls == {"hami": True, "kube-webhook-certgen": expected_secret is None}
@@ -177,7 +171,7 @@ def test_declared_pull_secret_is_always_used(
 ) -> None:
     seed_release(source)
     config = write_config(tmp_path / "mirror.yaml", source, [target], target_options={"pull_secret": "my-acr"})
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     written = yaml.safe_load(Path(report["values"][0]["path"]).read_text())
     assert written["global"] == {"imagePullSecrets": [{"name": "my-acr"}]}
@@ -254,7 +248,7 @@ def test_the_bundle_is_written_next_to_the_values(
 ) -> None:
     seed_release(source)
     config = write_config(tmp_path / "mirror.yaml", source, [target], values={"release": "gpu"})
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     (values,) = report["values"]
     assert Path(values["rbac"]).parent == Path(values["path"]).parent
@@ -280,7 +274,7 @@ def test_every_path_keeps_the_pull_secret_for_a_target_that_refuses_anonymous_pu
     config = token_world.config({"username": USER, "password": PASSWORD}, **extra)
     expected = {"imagePullSecrets": [{"name": "acr-pull"}]}
     for args in ((), ()):  # a copy, then the fast path
-        code, report, err = run(config, capsys, *args)
+        code, report, err = sync_json(config, capsys, VERSION, *args)
         assert code == 0, err
         assert report["values"][0]["pull_secret"] == "acr-pull" and secret_in(report["values"][0]["path"]) == expected
     assert main(["sync", "--discover", "--config", str(config), "--json"]) == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import random
 import tarfile
 from collections.abc import Iterator
@@ -20,13 +19,12 @@ import yaml
 from mirror.chart.archive import ChartError, open_chart
 from mirror.chart.publish import publish_chart
 from mirror.chart.render import RenderRequest, render_images
-from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import MiB, SampleImage, push_single
 from mirror.demo.samplechart import ChartRepository, chart_files, chart_repository, hami_chart, package
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
-from tests.support import manifest_bytes, manifest_digest, requests_since, with_client, write_config
+from tests.support import manifest_bytes, manifest_digest, requests_since, sync_json, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
 CHART_VERSION = "2.10.0"
@@ -70,12 +68,6 @@ def chart_config(
     return path
 
 
-def run(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:
-    code = main(["sync", *(args or (VERSION,)), "--config", str(config), "--json"])
-    captured = capsys.readouterr()
-    return code, json.loads(captured.out) if captured.out.strip() else {}, captured.err
-
-
 def test_a_config_naming_only_the_chart_mirrors_every_image_it_can_run(
     tmp_path: Path,
     source: LocalRegistry,
@@ -85,7 +77,7 @@ def test_a_config_naming_only_the_chart_mirrors_every_image_it_can_run(
 ) -> None:
     images = seed_chart_images(source)
     config = chart_config(tmp_path, source, target, {"repository": repository.url})
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     copied = {(i["source"], i["targets"][0]["verified"]) for i in report["images"]}
     assert copied == {
@@ -158,7 +150,7 @@ def test_where_the_target_refuses_the_chart_the_tgz_goes_beside_the_values(
 ) -> None:
     seed_chart_images(source)
     config = chart_config(tmp_path, source, acr_like, {"repository": repository.url})
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     (values_entry,) = report["values"]
     beside = Path(values_entry["path"]).parent / "hami-2.10.0.tgz"
@@ -180,7 +172,7 @@ def test_the_chart_can_come_from_an_oci_registry(
     published = with_client(source, lambda c: publish_chart(c, "charts/hami", open_chart(raw, "test")))
     assert published.reference == f"{source.host}/charts/hami:2.10.0"
     config = chart_config(tmp_path, source, target, {"repository": f"oci://{source.host}/charts"})
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     assert report["values"][0]["proof"]["ok"] is True
     assert manifest_bytes(target, "mirrored/hami", "2.10.0") == manifest_bytes(source, "charts/hami", "2.10.0")
@@ -202,7 +194,7 @@ def test_explicit_images_take_their_keys_from_the_chart(
     config = write_config(
         tmp_path / "mirror.yaml", source, [target], images=images, chart={"repository": repository.url}, values={}
     )
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     # the chart can also run jettech's certgen and the mock plugin, which this config does not mirror
     assert code == 1
     assert "values for t0 not written" in err and "scheduler.patch.image would still pull" in err
@@ -218,7 +210,7 @@ def test_explicit_images_take_their_keys_from_the_chart(
         chart={"repository": repository.url},
         values={"unmirrored": "warn"},
     )
-    code, report, err = run(warned, capsys)
+    code, report, err = sync_json(warned, capsys, VERSION)
     assert code == 0, err
     (values_entry,) = report["values"]
     text = Path(values_entry["path"]).read_text()
@@ -251,7 +243,7 @@ def test_images_already_in_acr_are_mirrored_on_request_with_the_clusters_version
         "kube_version": "1.30.4",
         "allowed_registries": [],
     }
-    code, report, err = run(chart_config(tmp_path, source, target, chart), capsys)
+    code, report, err = sync_json(chart_config(tmp_path, source, target, chart), capsys, VERSION)
     assert code == 0, err
     values = yaml.safe_load(Path(report["values"][0]["path"]).read_text())
     assert values["scheduler"]["kubeScheduler"]["image"] == {
@@ -336,7 +328,7 @@ def test_a_bad_chart_fails_cleanly_and_nothing_is_written(
         else:  # the chart is there, but not this version
             served.add("hami", "2.9.0", hami_chart(source.host, "2.9.0"))
         chart = {"repository": served.url, "max_bytes": 4096 if case == "oversized" else 16 * MiB}
-        code, _, err = run(chart_config(tmp_path, source, target, chart), capsys)
+        code, _, err = sync_json(chart_config(tmp_path, source, target, chart), capsys, VERSION)
     assert code == 1
     lines = [line for line in err.splitlines() if line.startswith("mirror: ")]
     assert len(lines) == 1 and lines[0].startswith("mirror: chart ") and message in lines[0], err
@@ -359,7 +351,7 @@ def test_discovery_follows_the_chart_repository(
         repository.add("hami", version, hami_chart(source.host, version))
         with_client(source, functools.partial(_tag, tag=f"v{version}", index=index))
     config = chart_config(tmp_path, source, target, {"repository": repository.url})
-    code, report, err = run(config, capsys, "--discover")
+    code, report, err = sync_json(config, capsys, "--discover")
     assert code == 0, err
     assert [release["version"] for release in report] == ["v2.9.0", "v2.10.0"]  # >=2.7.0; v2.11.0 has no chart
     assert manifest_digest(target, "mirrored/hami", "v2.11.0") is None

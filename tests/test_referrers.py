@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import SampleBuilder, push_multiarch
 from mirror.engine.clients import Clients
@@ -26,7 +25,7 @@ from mirror.registry import RegistryClient
 from mirror.report import ReleaseResult
 from mirror.settings import MirrorSettings, load_settings
 from tests.referrersfront import ReferrersFront, stored_referrers
-from tests.support import manifest_bytes, manifest_digest, requests_since, with_client, write_config
+from tests.support import manifest_bytes, manifest_digest, requests_since, sync_json, with_client, write_config, writes
 from tests.test_sync import VERSION, seed_release
 
 BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -90,12 +89,6 @@ def signed_release(source: LocalRegistry, attestations: bool = True) -> Signed:
     return with_client(source, lambda c: sign(c, "projecthami/hami", subject))
 
 
-def run(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
-    code = main(["sync", VERSION, "--config", str(config), "--json"])
-    captured = capsys.readouterr()
-    return code, json.loads(captured.out) if captured.out.strip() else {}, captured.err
-
-
 def hami_target(report: dict[str, Any]) -> dict[str, Any]:
     return dict(next(i for i in report["images"] if i["name"] == "hami")["targets"][0])
 
@@ -104,7 +97,7 @@ def test_a_signed_image_arrives_with_everything_that_refers_to_it(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     signed = signed_release(source)
-    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [target]), capsys)
+    code, report, err = sync_json(write_config(tmp_path / "mirror.yaml", source, [target]), capsys, VERSION)
     assert code == 0, err
     carried = hami_target(report)["referrers"]
     assert carried["left_out"] == []
@@ -127,20 +120,20 @@ def test_a_signed_image_arrives_with_everything_that_refers_to_it(
 
     # a re-run: everything is there; the source gets HEADs and the one listing, nothing is copied again
     mark, target_mark = len(source.access_log()), len(target.access_log())
-    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [target]), capsys)
+    code, report, err = sync_json(write_config(tmp_path / "mirror.yaml", source, [target]), capsys, VERSION)
     assert code == 0, err
     others = [(e.method, e.path) for e in requests_since(source, mark) if e.method != "HEAD"]
     hami_listings = [p for _, p in others if p.startswith("/v2/projecthami/hami/")]
     assert sorted(p.rsplit("/", 1)[-1] for p in hami_listings) == sorted([signed.subject, index_tag])
     assert all(method == "GET" for method, _ in others)
-    assert not [e for e in requests_since(target, target_mark) if e.method in ("PUT", "POST", "PATCH")]
+    assert not writes(requests_since(target, target_mark))
 
 
 def test_what_acr_refuses_is_left_out_and_reported(
     tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     signed = signed_release(source, attestations=False)
-    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [acr_like]), capsys)
+    code, report, err = sync_json(write_config(tmp_path / "mirror.yaml", source, [acr_like]), capsys, VERSION)
     assert code == 0, err
     assert hami_target(report)["digest"] == signed.subject  # the index itself went through unchanged
     carried = hami_target(report)["referrers"]
@@ -155,7 +148,7 @@ def test_keep_fails_where_a_referrer_is_refused(
 ) -> None:
     signed_release(source, attestations=False)
     config = write_config(tmp_path / "mirror.yaml", source, [acr_like], target_options={"attestations": "keep"})
-    code, _, err = run(config, capsys)
+    code, _, err = sync_json(config, capsys, VERSION)
     assert code == 1 and "unknown manifest class" in err and "attestations: keep" in err
 
 
@@ -164,7 +157,7 @@ def test_referrers_can_be_turned_off_per_target(
 ) -> None:
     signed = signed_release(source)
     config = write_config(tmp_path / "mirror.yaml", source, [target], target_options={"referrers": False})
-    code, report, err = run(config, capsys)
+    code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     assert "referrers" not in hami_target(report)
     assert manifest_digest(target, "mirrored/hami", fallback_tag(signed.subject) + ".sig") is None
@@ -174,7 +167,7 @@ def test_signatures_of_a_rewritten_index_are_not_carried_and_the_report_says_why
     tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     signed = signed_release(source)  # BuildKit attestations in the index: ACR refuses them, auto rewrites
-    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [acr_like]), capsys)
+    code, report, err = sync_json(write_config(tmp_path / "mirror.yaml", source, [acr_like]), capsys, VERSION)
     assert code == 0, err
     target = hami_target(report)
     assert target["digest"] != signed.subject
@@ -189,7 +182,7 @@ def test_what_refers_to_each_child_of_the_index_is_carried_too(
     hami, _ = seed_release(source)
     child = json.loads(hami.manifests[hami.digest])["manifests"][0]
     signed = with_client(source, lambda c: sign(c, "projecthami/hami", child))
-    code, report, err = run(write_config(tmp_path / "mirror.yaml", source, [target]), capsys)
+    code, report, err = sync_json(write_config(tmp_path / "mirror.yaml", source, [target]), capsys, VERSION)
     assert code == 0, err
     carried = hami_target(report)["referrers"]["carried"]
     assert {c["subject"] for c in carried} == {child["digest"]}
@@ -272,5 +265,5 @@ def test_a_target_with_the_referrers_api_lists_what_was_carried_and_gets_no_fall
     mark = len(target.access_log())
     again = ReferrersFront(target)
     sync_through(settings, [again])
-    assert [e for e in requests_since(target, mark) if e.method in ("PUT", "POST", "PATCH", "DELETE")] == []
+    assert writes(requests_since(target, mark)) == []
     assert f"/v2/mirrored/hami/referrers/{signed.subject}" in again.asked

@@ -23,7 +23,16 @@ from mirror.engine.referrers import fallback_tag
 from mirror.oci import OCI_INDEX, OCI_MANIFEST
 from mirror.registry import RegistryClient
 from tests.sigstore_instance import GITHUB_ISSUER, HAMI_IDENTITY, RekorServer, SigstoreInstance, push_signature
-from tests.support import blob_bytes, manifest_bytes, manifest_digest, requests_since, with_client, write_config
+from tests.support import (
+    blob_bytes,
+    manifest_bytes,
+    manifest_digest,
+    requests_since,
+    sync_json,
+    with_client,
+    write_config,
+    writes,
+)
 from tests.test_sync import VERSION, seed_release
 
 BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -71,20 +80,8 @@ def config(tmp_path: Path, source: LocalRegistry, target: LocalRegistry, rule: d
     return write_config(tmp_path / "mirror.yaml", source, [target], signatures=signatures)
 
 
-def run(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
-    code = main(["sync", VERSION, "--config", str(path), "--json"])
-    captured = capsys.readouterr()
-    return code, json.loads(captured.out) if captured.out.strip() else {}, captured.err
-
-
 def image(report: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(next(i for i in report["images"] if i["name"] == name))
-
-
-def writes_to(registry: LocalRegistry, repository: str) -> list[str]:
-    return [
-        e.path for e in registry.access_log() if e.method in ("PUT", "POST", "PATCH") and f"/{repository}/" in e.path
-    ]
 
 
 def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_verifies_at_the_target(
@@ -98,7 +95,7 @@ def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_ver
     referrer = with_client(
         source, lambda c: push_signature(c, "projecthami/hami", subject, sigstore.sign_image(subject["digest"]))
     )
-    code, report, err = run(config(tmp_path, source, target), capsys)
+    code, report, err = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code == 0, err
     hami = image(report, "hami")
     assert hami["signature"]["signer"] == HAMI_IDENTITY and hami["signature"]["via"] == "referrers"
@@ -118,7 +115,7 @@ def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_ver
 
     # a re-run checks the copy the target holds: the source gets HEADs and the one referrers listing, no more
     mark = len(source.access_log())
-    code, report, err = run(config(tmp_path, source, target), capsys)
+    code, report, err = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code == 0, err
     assert image(report, "hami")["signature"]["via"] == "referrers at t0"
     gets = [e.path for e in requests_since(source, mark) if e.method != "HEAD" and "/projecthami/hami/" in e.path]
@@ -150,7 +147,7 @@ def test_an_image_not_signed_as_the_rule_says_is_not_mirrored_and_the_run_says_w
     bundle = signers[signing]()
     if bundle is not None:
         with_client(source, lambda c: push_signature(c, "projecthami/hami", subject, bundle))
-    code, report, err = run(config(tmp_path, source, target), capsys)
+    code, report, err = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code != 0
     hami = image(report, "hami")
     assert "not mirrored" in hami["error"] and subject["digest"] in hami["error"]
@@ -167,7 +164,7 @@ def test_an_image_not_signed_as_the_rule_says_is_not_mirrored_and_the_run_says_w
     summary = capsys.readouterr().out
     assert "NOT COPIED" in summary and reason in summary
     # nothing of the image reached the target, and no values were written for the release
-    assert writes_to(target, "mirrored/hami") == []
+    assert [e.path for e in writes(target.access_log()) if "/mirrored/hami/" in e.path] == []
     assert manifest_digest(target, "mirrored/hami", VERSION) is None
     assert image(report, "kube-webhook-certgen")["targets"][0]["verified"]
     assert not (tmp_path / "out" / "t0" / VERSION / "hami-ack-values.yaml").exists()
@@ -189,11 +186,11 @@ def test_a_rule_added_later_refuses_a_copy_made_before_it(
     assert main(["sync", VERSION, "--config", str(write_config(tmp_path / "before" / "m.yaml", source, [target]))]) == 0
     capsys.readouterr()
     mark = len(target.access_log())
-    code, report, _ = run(config(tmp_path, source, target), capsys)
+    code, report, _ = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code != 0
     assert f"signed by {STRANGER}" in image(report, "hami")["signature"]["refused"]
     assert not (tmp_path / "out" / "t0" / VERSION / "hami-ack-values.yaml").exists()
-    assert [e for e in requests_since(target, mark) if e.method in ("PUT", "POST", "PATCH", "DELETE")] == []
+    assert writes(requests_since(target, mark)) == []
 
 
 def test_the_older_sig_layout_is_verified_with_its_inclusion_proof_from_rekor(
@@ -210,7 +207,7 @@ def test_the_older_sig_layout_is_verified_with_its_inclusion_proof_from_rekor(
     hami = sigstore.sign_image_legacy(subject["digest"])
     sigstore.sign_image("sha256:" + "2" * 64)
     sig = with_client(source, lambda c: push_legacy(c, "projecthami/hami", subject["digest"], stranger, hami))
-    code, report, err = run(config(tmp_path, source, target), capsys)
+    code, report, err = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code == 0, err
     signature = image(report, "hami")["signature"]
     assert signature["via"] == fallback_tag(subject["digest"]) + ".sig" and signature["signer"] == HAMI_IDENTITY
@@ -230,10 +227,10 @@ def test_an_older_sig_whose_rekor_entry_does_not_match_is_refused(
     _, other = sigstore.sign_image_legacy(subject["digest"])
     annotations["dev.sigstore.cosign/bundle"] = other["dev.sigstore.cosign/bundle"]  # someone else's log entry
     with_client(source, lambda c: push_legacy(c, "projecthami/hami", subject["digest"], (payload, annotations)))
-    code, report, _ = run(config(tmp_path, source, target), capsys)
+    code, report, _ = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code != 0
     assert "inconsistent" in image(report, "hami")["signature"]["refused"]
-    assert writes_to(target, "mirrored/hami") == []
+    assert [e.path for e in writes(target.access_log()) if "/mirrored/hami/" in e.path] == []
 
 
 def test_an_attestation_bundle_is_not_taken_for_a_signature(
@@ -248,6 +245,6 @@ def test_an_attestation_bundle_is_not_taken_for_a_signature(
     subject = hami_subject(source)
     bundle = sigstore.sign_image(subject["digest"], predicate="https://slsa.dev/provenance/v1")
     with_client(source, lambda c: push_signature(c, "projecthami/hami", subject, bundle))
-    code, report, _ = run(config(tmp_path, source, target), capsys)
+    code, report, _ = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code != 0
     assert "not an image signature" in image(report, "hami")["signature"]["refused"]
