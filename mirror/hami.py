@@ -18,9 +18,9 @@ RELEASE_REPOSITORY = "projecthami/hami"
 def default_install_blocks(release_tag: str) -> list[ImageBlock]:
     """The Docker Hub images a default install of the release runs on Kubernetes >= 1.22."""
     own = [
-        ImageBlock(key, DEFAULT_REGISTRY, RELEASE_REPOSITORY, release_tag) for key in VALUES_KEYS[RELEASE_REPOSITORY]
+        ImageBlock.at(key, DEFAULT_REGISTRY, RELEASE_REPOSITORY, release_tag) for key in VALUES_KEYS[RELEASE_REPOSITORY]
     ]
     return [
         *own,
-        ImageBlock("scheduler.patch.imageNew", DEFAULT_REGISTRY, "liangjw/kube-webhook-certgen", "v1.1.1"),
+        ImageBlock.at("scheduler.patch.imageNew", DEFAULT_REGISTRY, "liangjw/kube-webhook-certgen", "v1.1.1"),
     ]

@@ -123,6 +123,8 @@ class ReleaseResult:
             "values": [
                 {
                     "target": v.target,
+                    "chart_name": v.chart_name,
+                    "chart_version": v.chart_version,
                     "path": str(v.path),
                     "helm": v.helm_command,
                     "rbac": str(v.rbac_path) if v.rbac_path else None,

@@ -28,6 +28,8 @@ from mirror.release import VersionError, normalise_version, parse_filter
 DEFAULT_CONFIG_PATH = Path("config/mirror.yaml")
 VERSION_PLACEHOLDER = "{version}"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_VALUES_KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")  # subcharts' keys have dashes: dcgm-exporter.image
+_CHART_VERSION = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]{1,64})?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_PREFIX = "MIRROR_"
 MIN_SECRET_BYTES = 16  # an HMAC key or bearer token shorter than this is guessable, an empty one signs anything
@@ -40,6 +42,18 @@ def _platform(value: str) -> str:
     if not 2 <= len(parts) <= 3 or not all(p and p.replace("_", "").isalnum() for p in parts):
         raise ValueError(f"{value!r} is not a platform like linux/amd64 or linux/arm64/v8")
     return value
+
+
+def _plain_file_name(value: str) -> str:
+    if "/" in value or value in {"", ".", ".."}:
+        raise ValueError("must be a plain file name")
+    return value
+
+
+def _chart_repository(value: str) -> str:
+    if not re.match(r"^(https?|oci)://[^/\s]+", value):
+        raise ValueError(f"{value!r}: expected https://host/path (a Helm repository) or oci://host/path")
+    return value.rstrip("/")
 
 
 class ConfigError(Exception):
@@ -191,7 +205,7 @@ class ImageSettings(_Model):
     @classmethod
     def _keys(cls, value: list[str]) -> list[str]:
         for key in value:
-            if not all(part.isidentifier() for part in key.split(".")):
+            if not all(_VALUES_KEY_PART.match(part) for part in key.split(".")):
                 raise ValueError(f"{key!r} is not a dotted Helm values key")
         return value
 
@@ -218,9 +232,7 @@ class ValuesSettings(_Model):
     @field_validator("file_name")
     @classmethod
     def _file_name(cls, value: str) -> str:
-        if "/" in value or value in {"", ".", ".."}:
-            raise ValueError("must be a plain file name")
-        return value
+        return _plain_file_name(value)
 
 
 class TransferSettings(_Model):
@@ -246,13 +258,14 @@ class ChartSettings(_Model):
     publish: bool = True  # push the chart to each target as an OCI chart (else, or where refused: the .tgz)
     renderer: Literal["auto", "sdk", "binary", "values"] = "auto"
     max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
+    # images of subcharts switched off by default: mirror them too (all), so turning one on later needs no
+    # second trip, or only those of subcharts that are on (enabled)
+    subcharts: Literal["all", "enabled"] = "all"
 
     @field_validator("repository")
     @classmethod
     def _repository(cls, value: str) -> str:
-        if not re.match(r"^(https?|oci)://[^/\s]+", value):
-            raise ValueError(f"{value!r}: expected https://host/path (a Helm repository) or oci://host/path")
-        return value.rstrip("/")
+        return _chart_repository(value)
 
     @field_validator("name")
     @classmethod
@@ -267,6 +280,51 @@ class ChartSettings(_Model):
         if not re.match(r"^v?\d+\.\d+\.\d+$", value):
             raise ValueError(f"{value!r}: expected a Kubernetes version like 1.32.0")
         return value.removeprefix("v")
+
+
+NEWEST = "newest"
+
+
+class InstallChartSettings(_Model):
+    """Another chart installed with the release (HAMi-WebUI): relocated with it, with its own values file,
+    render proof, published chart and `helm install` line. Rendering and publishing follow `chart:`."""
+
+    repository: str  # a classic Helm repository, or oci://host/path
+    name: str
+    version: str = NEWEST  # a version (pinned), or newest: the repository's newest release, looked up each run
+    release: str | None = None  # the Helm release name; default: the chart's name
+    namespace: str | None = None  # the Kubernetes namespace; default: values.kube_namespace
+    file_name: str | None = None  # default: <name>-values.yaml
+    values: dict[str, Any] = Field(default_factory=dict)  # merged into the values written
+    subcharts: Literal["all", "enabled"] = "all"
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        return _chart_repository(value)
+
+    @field_validator("name", "release", "namespace")
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
+            raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if value != NEWEST and not _CHART_VERSION.match(value):
+            raise ValueError(f"{value!r}: expected a chart version like 1.3.0, or {NEWEST}")
+        return value
+
+    @field_validator("file_name")
+    @classmethod
+    def _file_name(cls, value: str | None) -> str | None:
+        return None if value is None else _plain_file_name(value)
+
+    @property
+    def values_file(self) -> str:
+        return self.file_name or f"{self.name}-values.yaml"
 
 
 class DiscoverySettings(_Model):
@@ -434,6 +492,7 @@ class MirrorSettings(BaseSettings):
     targets: list[TargetSettings] = Field(min_length=1)
     images: list[ImageSettings] = Field(default_factory=list)  # optional when a chart is configured
     chart: ChartSettings | None = None
+    charts: list[InstallChartSettings] = Field(default_factory=list)  # installed after the release's chart
     output_dir: Path = Path("out")
     registries: dict[str, RegistrySettings] = Field(default_factory=dict)
     docker_config: Path | None = None  # a docker config.json or a mounted dockerconfigjson secret
@@ -492,6 +551,8 @@ class MirrorSettings(BaseSettings):
             raise ValueError("images: name at least one image, or configure a chart: to take them from")
         if self.discovery.source == "chart" and self.chart is None:
             raise ValueError("discovery.source: chart needs a chart: section")
+        if self.charts and self.chart is None:
+            raise ValueError("charts: install with the release's chart: configure chart: too")
         return self
 
     @model_validator(mode="after")
@@ -499,6 +560,8 @@ class MirrorSettings(BaseSettings):
         for kind, names in (
             ("targets", [t.name for t in self.targets]),
             ("images", [i.name for i in self.images]),
+            ("charts", [c.name for c in self.charts] + ([self.chart.name] if self.chart else [])),
+            ("charts (values file names)", [c.values_file for c in self.charts] + [self.values.file_name]),
         ):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from mirror.acr import vpc_host_for
+from mirror.chart.images import ImageBlock
 from mirror.chart.merge import deep_merge
 from mirror.release import VersionError, chart_version, version_key
 from mirror.settings import MirrorSettings, TargetSettings, ValuesSettings
@@ -33,6 +34,8 @@ class ValuesFile:
     chart_note: str | None = None  # where the chart is, when it is not what was asked (a refused push)
     proof: dict[str, Any] | None = None  # the rendered chart's images and their verdicts
     warnings: tuple[str, ...] = ()
+    chart_name: str = "hami"  # which chart of the install these values are for
+    chart_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,39 +62,68 @@ def pull_registry(target: TargetSettings) -> str:
     return target.vpc_registry or vpc_host_for(target.registry)
 
 
-class ValuesImage(Protocol):
-    @property
-    def name(self) -> str: ...
+@dataclass(frozen=True, slots=True)
+class PointedBlock:
+    """A values block and the copy it now points at: `name` under the target's namespace."""
 
-    @property
-    def values_keys(self) -> tuple[str, ...]: ...
-
-    @property
-    def values_tag(self) -> str | None: ...
+    block: ImageBlock
+    name: str
+    tag: str | None = None  # written where the chart would compute another tag (kube-scheduler's)
+    digest: str | None = None  # written where the copy's digest is not the chart's (an index rewritten)
 
 
 def build_values(
     target: TargetSettings,
-    images: Iterable[ValuesImage],
-    settings: ValuesSettings,
+    blocks: Iterable[PointedBlock],
+    extra: Mapping[str, Any],
     pull_secret: str | None = None,
+    pull_secret_paths: Iterable[tuple[str, ...]] = (),
 ) -> dict[str, Any]:
-    """Set `registry` and `repository` on each image's keys one by one (and `tag`, where the chart would
-    compute another one). global.imageRegistry is not used: it would also move the kube-scheduler image,
-    which already comes from an ACR mirror."""
+    """Point each block at its copy in the block's own shape: `registry` and `repository` where the block has a
+    `registry` key; `repository` carrying the VPC host where it has none; the whole reference for a string.
+    A digest the chart pins stays as it is (the copy is byte-exact), unless the copy's differs. Tags are left
+    to the chart, which arrives at the mirrored tag by itself, except where it would compute another.
+    global.imageRegistry is not used: it would also move images nodes already pull from ACR (kube-scheduler).
+    With a pull secret, it goes to `global.imagePullSecrets` and to each `imagePullSecrets` the charts have."""
     values: dict[str, Any] = {}
     registry = pull_registry(target)
-    for image in images:
-        for key in image.values_keys:
-            node = values
-            for part in key.split("."):
-                node = node.setdefault(part, {})
-            node.update({"registry": registry, "repository": f"{target.namespace}/{image.name}"})
-            if image.values_tag:
-                node["tag"] = image.values_tag
-    if pull_secret:  # global: per-image pullSecrets are not honoured for every image of the chart
-        values["global"] = {"imagePullSecrets": [{"name": pull_secret}]}
-    return deep_merge(values, settings.extra)
+    for pointed in blocks:
+        repository = f"{target.namespace}/{pointed.name}"
+        *parents, leaf = pointed.block.path
+        node = values
+        for part in parents:
+            node = node.setdefault(part, {})
+        if pointed.block.shape == "string":
+            node[leaf] = _reference(
+                f"{registry}/{repository}", pointed.block.tag, pointed.digest or pointed.block.digest
+            )
+            continue
+        written = node.setdefault(leaf, {})
+        if pointed.block.shape == "block":
+            written.update({"registry": registry, "repository": repository})
+        else:
+            written["repository"] = f"{registry}/{repository}"
+        if pointed.tag:
+            written["tag"] = pointed.tag
+        if pointed.digest:
+            written["digest"] = pointed.digest
+    if pull_secret:  # global: per-image pullSecrets are not honoured for every image of HAMi's chart
+        secrets = [{"name": pull_secret}]
+        values = deep_merge(values, {"global": {"imagePullSecrets": secrets}})
+        for path in pull_secret_paths:
+            values = deep_merge(values, _nested(path, secrets))
+    return deep_merge(values, dict(extra))
+
+
+def _reference(name: str, tag: str, digest: str | None) -> str:
+    return name + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
+
+
+def _nested(path: tuple[str, ...], leaf: Any) -> dict[str, Any]:
+    node: Any = leaf
+    for part in reversed(path):
+        node = {part: node}
+    return dict(node)
 
 
 def scheduler_service_account(release: str, chart_name: str = "hami") -> str:
@@ -134,9 +166,11 @@ def dra_rbac(settings: ValuesSettings) -> str:
     return "# kubectl apply -f this file before helm install\n" + yaml.safe_dump_all(documents, sort_keys=False)
 
 
-def kubectl_secret_command(target: TargetSettings, settings: ValuesSettings, name: str) -> str:
+def kubectl_secret_command(
+    target: TargetSettings, settings: ValuesSettings, name: str, namespace: str | None = None
+) -> str:
     return (
-        f"kubectl create secret docker-registry {name} -n {settings.kube_namespace} "
+        f"kubectl create secret docker-registry {name} -n {namespace or settings.kube_namespace} "
         f"--docker-server={pull_registry(target)} --docker-username=<your account name> "
         "--docker-password=<your registry password>"
     )
@@ -147,9 +181,10 @@ def render_values(values: dict[str, Any], header: str) -> str:
     return comment + yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
 
 
-def helm_command(settings: ValuesSettings, version: str, chart: str, path: Path) -> str:
-    version_flag = "" if chart.endswith(".tgz") else f" --version {chart_version(version)}"  # a file has one
-    return f"helm install {settings.release} {chart} -n {settings.kube_namespace}{version_flag} -f {path}"
+def helm_command(spec: ChartSpec, chart_version: str, chart: str, path: Path) -> str:
+    version_flag = "" if chart.endswith(".tgz") else f" --version {chart_version}"  # a file has one
+    create = "" if spec.namespace == "kube-system" else " --create-namespace"
+    return f"helm install {spec.release} {chart} -n {spec.namespace}{create}{version_flag} -f {path}"
 
 
 def write_atomically(path: Path, content: str | bytes) -> None:
@@ -165,6 +200,20 @@ def write_atomically(path: Path, content: str | bytes) -> None:
         raise
 
 
+@dataclass(frozen=True, slots=True)
+class ChartSpec:
+    """One chart of the install as a release needs it: how it is installed and where its values go."""
+
+    name: str
+    release: str  # the Helm release name
+    namespace: str
+    file_name: str
+    extra: Mapping[str, Any] = field(default_factory=dict)  # values merged into what mirror writes
+    subcharts: str = "all"
+    is_release_chart: bool = True  # HAMi's: follows the release, gets the DRA RBAC file
+    default_reference: str = "hami-charts/hami"  # what `helm install` installs when the chart is not published
+
+
 def write_values(
     settings: MirrorSettings,
     target: TargetSettings,
@@ -175,32 +224,37 @@ def write_values(
     pull_secret: str | None = None,
     proof: dict[str, Any] | None = None,
     warnings: tuple[str, ...] = (),
+    spec: ChartSpec | None = None,
+    chart_version_: str | None = None,
 ) -> ValuesFile:
-    """Write the values, the DRA RBAC file (and the chart's .tgz when it goes beside them) to
-    `<output_dir>/<target>/<version>/`, and to `<output_dir>/<target>/` for the newest release of the run."""
-    header = (
-        f"HAMi {version} images mirrored to {target.registry}/{target.namespace} (target {target.name}),\n"
-        f"pulled from {pull_registry(target)}. Written by mirror after verifying every image."
-    )
+    """Write one chart's values (the release chart's with the DRA RBAC file; the chart's .tgz when it goes
+    beside them) to `<output_dir>/<target>/<version>/`, and to `<output_dir>/<target>/` for the newest release
+    of the run. `spec` defaults to the release chart as `values:` describes it."""
+    spec = spec or ChartSpec("hami", settings.values.release, settings.values.kube_namespace, settings.values.file_name)
+    chart_version_ = chart_version_ or chart_version(version)
+    mirrored = f"mirrored to {target.registry}/{target.namespace} (target {target.name})"
+    what = f"HAMi {version} images" if spec.is_release_chart else f"{spec.name} {chart_version_} (with HAMi {version})"
+    header = f"{what} {mirrored},\npulled from {pull_registry(target)}. Written by mirror after verifying every image."
     header += "".join(f"\nWARNING: {warning}" for warning in warnings)
     text = render_values(values, header)
-    rbac = dra_rbac(settings.values)
+    rbac = dra_rbac(settings.values) if spec.is_release_chart else None
     directories = [settings.output_dir / target.name / version]
     if latest:
         directories.append(settings.output_dir / target.name)
     for directory in directories:
-        write_atomically(directory / RBAC_FILE_NAME, rbac)
+        if rbac is not None:
+            write_atomically(directory / RBAC_FILE_NAME, rbac)
         if install.archive is not None:
             write_atomically(directory / install.archive[0], install.archive[1])
-        write_atomically(directory / settings.values.file_name, text)
-    path = directories[-1] / settings.values.file_name
+        write_atomically(directory / spec.file_name, text)
+    path = directories[-1] / spec.file_name
     chart = str(directories[-1] / install.archive[0]) if install.archive else install.reference
-    kubectl = kubectl_secret_command(target, settings.values, pull_secret) if pull_secret else None
+    kubectl = kubectl_secret_command(target, settings.values, pull_secret, spec.namespace) if pull_secret else None
     return ValuesFile(
         target.name,
         path,
-        helm_command(settings.values, version, chart, path),
-        directories[-1] / RBAC_FILE_NAME,
+        helm_command(spec, chart_version_, chart, path),
+        directories[-1] / RBAC_FILE_NAME if rbac is not None else None,
         pull_secret,
         kubectl,
         text,
@@ -208,4 +262,6 @@ def write_values(
         install.note,
         proof,
         warnings,
+        spec.name,
+        chart_version_,
     )

@@ -87,21 +87,24 @@ def test_a_config_naming_only_the_chart_mirrors_every_image_it_can_run(
         (f"{source.host}/projecthami/mock-device-plugin:1.0.1", True),  # only with the mock enabled
     }  # kube-scheduler comes from ACR already: left where it is
     for (repository_name, tag), name in (
-        (("projecthami/hami", "v2.10.0"), "hami"),
-        (("liangjw/kube-webhook-certgen", "v1.1.1"), "kube-webhook-certgen"),
-        (("jettech/kube-webhook-certgen", "v1.5.2"), "kube-webhook-certgen"),
-        (("projecthami/mock-device-plugin", "1.0.1"), "mock-device-plugin"),
+        (("projecthami/hami", "v2.10.0"), "projecthami_hami"),
+        (("liangjw/kube-webhook-certgen", "v1.1.1"), "liangjw_kube-webhook-certgen"),
+        (("jettech/kube-webhook-certgen", "v1.5.2"), "jettech_kube-webhook-certgen"),
+        (("projecthami/mock-device-plugin", "1.0.1"), "projecthami_mock-device-plugin"),
     ):
         assert manifest_digest(target, f"mirrored/{name}", tag) == images[repository_name].digest
 
     (values_entry,) = report["values"]
     values = yaml.safe_load(Path(values_entry["path"]).read_text())
     mirrored = {"registry": target.host}
-    assert values["scheduler"]["extender"]["image"] == {**mirrored, "repository": "mirrored/hami"}
-    assert values["devicePlugin"]["monitor"]["image"] == {**mirrored, "repository": "mirrored/hami"}
-    assert values["scheduler"]["patch"]["imageNew"] == {**mirrored, "repository": "mirrored/kube-webhook-certgen"}
-    assert values["scheduler"]["patch"]["image"] == {**mirrored, "repository": "mirrored/kube-webhook-certgen"}
-    assert values["mockDevicePlugin"]["image"] == {**mirrored, "repository": "mirrored/mock-device-plugin"}
+    assert values["scheduler"]["extender"]["image"] == {**mirrored, "repository": "mirrored/projecthami_hami"}
+    assert values["devicePlugin"]["monitor"]["image"] == {**mirrored, "repository": "mirrored/projecthami_hami"}
+    assert values["scheduler"]["patch"]["imageNew"] == {
+        **mirrored,
+        "repository": "mirrored/liangjw_kube-webhook-certgen",
+    }
+    assert values["scheduler"]["patch"]["image"] == {**mirrored, "repository": "mirrored/jettech_kube-webhook-certgen"}
+    assert values["mockDevicePlugin"]["image"] == {**mirrored, "repository": "mirrored/projecthami_mock-device-plugin"}
     assert "kubeScheduler" not in values["scheduler"]
     assert values["devicePlugin"]["nvidiaDriverRoot"] == "/"
 
@@ -110,8 +113,8 @@ def test_a_config_naming_only_the_chart_mirrors_every_image_it_can_run(
     assert proof["renderer"].startswith("Helm v4") and proof["ok"] is True
     verdicts = {(i["image"], i["verdict"]) for i in proof["images"]}
     assert verdicts == {
-        (f"{target.host}/mirrored/hami:v2.10.0", "mirrored"),
-        (f"{target.host}/mirrored/kube-webhook-certgen:v1.1.1", "mirrored"),
+        (f"{target.host}/mirrored/projecthami_hami:v2.10.0", "mirrored"),
+        (f"{target.host}/mirrored/liangjw_kube-webhook-certgen:v1.1.1", "mirrored"),
         ("registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler:v1.32.0", "allowed registry"),
     }
     # the chart itself, at the target as an OCI chart that Helm installs from
@@ -248,11 +251,11 @@ def test_images_already_in_acr_are_mirrored_on_request_with_the_clusters_version
     values = yaml.safe_load(Path(report["values"][0]["path"]).read_text())
     assert values["scheduler"]["kubeScheduler"]["image"] == {
         "registry": target.host,
-        "repository": "mirrored/kube-scheduler",
+        "repository": "mirrored/google_containers_kube-scheduler",
         "tag": "v1.30.4",  # the chart would otherwise ask for the cluster's own version
     }
-    assert manifest_digest(target, "mirrored/kube-scheduler", "v1.30.4") is not None
-    assert (f"{target.host}/mirrored/kube-scheduler:v1.30.4", "mirrored") in {
+    assert manifest_digest(target, "mirrored/google_containers_kube-scheduler", "v1.30.4") is not None
+    assert (f"{target.host}/mirrored/google_containers_kube-scheduler:v1.30.4", "mirrored") in {
         (i["image"], i["verdict"]) for i in report["values"][0]["proof"]["images"]
     }
 
@@ -354,8 +357,8 @@ def test_discovery_follows_the_chart_repository(
     code, report, err = sync_json(config, capsys, "--discover")
     assert code == 0, err
     assert [release["version"] for release in report] == ["v2.9.0", "v2.10.0"]  # >=2.7.0; v2.11.0 has no chart
-    assert manifest_digest(target, "mirrored/hami", "v2.11.0") is None
-    assert manifest_digest(target, "mirrored/hami", "v2.9.0") == images["projecthami/hami"].digest
+    assert manifest_digest(target, "mirrored/projecthami_hami", "v2.11.0") is None
+    assert manifest_digest(target, "mirrored/projecthami_hami", "v2.9.0") == images["projecthami/hami"].digest
 
 
 def test_renderers_say_which_was_used(source: LocalRegistry) -> None:

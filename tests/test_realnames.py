@@ -103,8 +103,8 @@ def test_the_shipped_config_syncs_a_release_from_docker_hub_to_acr(tmp_path: Pat
     report = json.loads(done.stdout)
     assert report["ok"] is True
     sources = {image["name"]: image for image in report["images"]}
-    assert sources["hami"]["source"] == "registry-1.docker.io/projecthami/hami:v2.10.0"
-    assert sources["hami"]["source_digest"] == world.ready["digests"]["projecthami/hami"]
+    assert sources["projecthami_hami"]["source"] == "registry-1.docker.io/projecthami/hami:v2.10.0"
+    assert sources["projecthami_hami"]["source_digest"] == world.ready["digests"]["projecthami/hami"]
     for image in report["images"]:
         (target,) = image["targets"]
         assert target["verified"] is True
@@ -112,17 +112,22 @@ def test_the_shipped_config_syncs_a_release_from_docker_hub_to_acr(tmp_path: Pat
     values = yaml.safe_load((tmp_path / "out" / "cn-hangzhou" / "hami-ack-values.yaml").read_text())
     assert values["devicePlugin"]["image"] == {
         "registry": "registry-vpc.cn-hangzhou.aliyuncs.com",
-        "repository": f"{NAMESPACE}/hami",
+        "repository": f"{NAMESPACE}/projecthami_hami",
     }
     assert values["global"]["imagePullSecrets"]  # the repositories are private: nodes need the pull secret
     assert values["scheduler"]["patch"]["imageNew"]["registry"] == "registry-vpc.cn-hangzhou.aliyuncs.com"
-    assert values["mockDevicePlugin"]["image"]["repository"] == f"{NAMESPACE}/mock-device-plugin"
-    assert {image["name"] for image in report["images"]} == {"hami", "kube-webhook-certgen", "mock-device-plugin"}
-    assert len(report["images"]) == 4  # both certgen images: the chart runs one or the other by Kubernetes version
+    assert values["mockDevicePlugin"]["image"]["repository"] == f"{NAMESPACE}/projecthami_mock-device-plugin"
+    # both certgen images: the chart runs one or the other by Kubernetes version
+    assert {image["name"] for image in report["images"]} == {
+        "projecthami_hami",
+        "liangjw_kube-webhook-certgen",
+        "jettech_kube-webhook-certgen",
+        "projecthami_mock-device-plugin",
+    }
     (delivered,) = report["values"]
     assert delivered["proof"]["ok"] is True and delivered["proof"]["renderer"].startswith("Helm v4")
     assert {i["image"] for i in delivered["proof"]["images"]} >= {
-        f"registry-vpc.cn-hangzhou.aliyuncs.com/{NAMESPACE}/hami:v2.10.0",
+        f"registry-vpc.cn-hangzhou.aliyuncs.com/{NAMESPACE}/projecthami_hami:v2.10.0",
         "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler:v1.32.0",
     }
     # this personal edition refuses the Helm chart's manifest class: the .tgz goes beside the values
@@ -140,7 +145,7 @@ def test_the_shipped_config_syncs_a_release_from_docker_hub_to_acr(tmp_path: Pat
     assert {t["service"] for t in summary["acr_tokens"]} == {ACR_SERVICE}
     assert ACR_USER[0] in {t["user"] for t in summary["acr_tokens"]}
     assert requests(hub, "HEAD", "/v2/projecthami/hami/manifests/v2.10.0")
-    assert requests(acr, "PUT", f"/v2/{NAMESPACE}/hami/manifests/v2.10.0")
+    assert requests(acr, "PUT", f"/v2/{NAMESPACE}/projecthami_hami/manifests/v2.10.0")
     assert ACR_USER[1] not in done.stdout + done.stderr
 
 
@@ -153,9 +158,9 @@ def test_the_shipped_signature_rule_admits_the_release_hami_signed(tmp_path: Pat
     done = world.mirror("sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     images = {image["name"]: image for image in json.loads(done.stdout)["images"]}
-    assert images["hami"]["signature"]["signer"] == HAMI_IDENTITY
-    assert images["hami"]["signature"]["via"] == "referrers"
-    assert all("signature" not in image for name, image in images.items() if name != "hami")  # the rule names hami
+    assert images["projecthami_hami"]["signature"]["signer"] == HAMI_IDENTITY
+    assert images["projecthami_hami"]["signature"]["via"] == "referrers"
+    assert all("signature" not in image for name, image in images.items() if name != "projecthami_hami")
     assert (tmp_path / "out" / "cn-hangzhou" / "hami-ack-values.yaml").is_file()
     summary = world.stop()
     assert summary["cdn_authorization"] == [] and summary["website_hits"] == []
@@ -179,7 +184,8 @@ def test_the_shipped_config_discovers_releases_at_docker_hub(tmp_path: Path, wor
     assert summary["chart_requests"].count("/HAMi/index.yaml") == 3  # discovery, then each run's charts
     assert len(requests(hub, "GET", "/v2/projecthami/hami/tags/list")) == 1  # at the API host
     for version in ("v2.9.0", "v2.10.0"):
-        assert len(requests(acr, "PUT", f"/v2/{NAMESPACE}/hami/manifests/{version}")) == 1  # the re-run copied nothing
+        # the re-run copied nothing
+        assert len(requests(acr, "PUT", f"/v2/{NAMESPACE}/projecthami_hami/manifests/{version}")) == 1
     assert not requests(acr, "PUT", "manifests/v2.5.0") and not requests(acr, "PUT", "rc.1")
 
 

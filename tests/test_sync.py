@@ -74,6 +74,8 @@ def test_copies_index_with_attestations_and_manifest_list_byte_for_byte(
     assert report["values"] == [
         {
             "target": "t0",
+            "chart_name": "hami",
+            "chart_version": "2.10.0",
             "path": str(tmp_path / "out" / "t0" / "hami-ack-values.yaml"),
             "helm": f"helm install hami hami-charts/hami -n kube-system --version 2.10.0 -f "
             f"{tmp_path / 'out' / 't0' / 'hami-ack-values.yaml'}",

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from mirror.acr import vpc_host_for
-from mirror.engine.jobs import ReleaseImage, release_images
+from mirror.engine.jobs import ChartJob, build_release_jobs
 from mirror.settings import ConfigError, MirrorSettings, load_settings
-from mirror.values import ChartInstall, build_values, render_values, write_values
+from mirror.values import ChartInstall, PointedBlock, build_values, render_values, write_values
 
 GOLDEN = Path(__file__).parent / "golden" / "hami-ack-values.seed.yaml"
 DEFAULT_CONFIG = Path(__file__).parents[1] / "config" / "mirror.yaml"
@@ -33,14 +33,21 @@ def settings_for(registry: str, namespace: str = "my-ns", **target: str) -> Mirr
     return MirrorSettings(**data)
 
 
-def images_of(settings: MirrorSettings, version: str = "v2.10.0") -> list[ReleaseImage]:
-    return [planned.image for planned in release_images(settings, version, None)[0]]
+def release_chart(settings: MirrorSettings, version: str = "v2.10.0") -> tuple[list[PointedBlock], ChartJob]:
+    """The release chart's blocks, each pointed at its copy (as if every copy verified byte for byte)."""
+    (job,) = build_release_jobs(settings, [version])
+    chart = job.charts[0]
+    return [PointedBlock(use.block, job.images[use.copy].image.name, use.values_tag) for use in chart.uses], chart
+
+
+def images_of(settings: MirrorSettings, version: str = "v2.10.0") -> list[PointedBlock]:
+    return release_chart(settings, version)[0]
 
 
 @pytest.mark.parametrize("region", ["hangzhou", "beijing", "shenzhen"])
 def test_default_config_renders_the_seed_example(region: str) -> None:
     settings = settings_for(f"registry.cn-{region}.aliyuncs.com")
-    values = build_values(settings.targets[0], images_of(settings), settings.values)
+    values = build_values(settings.targets[0], images_of(settings), settings.values.extra)
     assert values == seed_values(region, "my-ns")
     assert yaml.safe_load(render_values(values, "header\nline two")) == values
 
@@ -67,20 +74,20 @@ def test_default_config_renders_the_seed_example(region: str) -> None:
 def test_vpc_host_for_every_endpoint_form(public: str, vpc: str) -> None:
     assert vpc_host_for(public) == vpc
     settings = settings_for(public)
-    values = build_values(settings.targets[0], images_of(settings), settings.values)
+    values = build_values(settings.targets[0], images_of(settings), settings.values.extra)
     assert values["devicePlugin"]["image"]["registry"] == vpc
     assert values["scheduler"]["patch"]["imageNew"] == {"registry": vpc, "repository": "my-ns/kube-webhook-certgen"}
 
 
 def test_explicit_vpc_registry_wins() -> None:
     settings = settings_for("registry.cn-hangzhou.aliyuncs.com", vpc_registry="mirror.internal:5000")
-    values = build_values(settings.targets[0], images_of(settings), settings.values)
+    values = build_values(settings.targets[0], images_of(settings), settings.values.extra)
     assert values["scheduler"]["extender"]["image"]["registry"] == "mirror.internal:5000"
 
 
 def test_written_atomically_per_version_and_latest(tmp_path: Path) -> None:
     settings = settings_for("registry.cn-hangzhou.aliyuncs.com").model_copy(update={"output_dir": tmp_path})
-    values = build_values(settings.targets[0], images_of(settings), settings.values)
+    values = build_values(settings.targets[0], images_of(settings), settings.values.extra)
     install = ChartInstall(settings.values.chart)
     older = write_values(settings, settings.targets[0], "v2.9.0", False, values, install)
     newest = write_values(settings, settings.targets[0], "v2.10.0", True, values, install)
@@ -116,14 +123,14 @@ def test_hamis_own_keys_are_built_in_when_the_config_names_none() -> None:
         {"name": "hami", "source": "projecthami/hami"},
         {"name": "kube-webhook-certgen", "source": "liangjw/kube-webhook-certgen", "tag": "v1.1.1"},
     )
-    planned, unmirrored = release_images(settings, "v2.10.0", None)
-    assert unmirrored == []
-    values = build_values(settings.targets[0], [p.image for p in planned], settings.values)
+    pointed, chart = release_chart(settings)
+    assert chart.unmirrored == ()
+    values = build_values(settings.targets[0], pointed, settings.values.extra)
     assert values == seed_values("hangzhou", "my-ns")
 
 
 def test_an_image_of_the_release_left_on_docker_hub_is_named() -> None:
-    _, unmirrored = release_images(with_images({"name": "hami", "source": "projecthami/hami"}), "v2.10.0", None)
-    assert [(b.key, b.reference) for b in unmirrored] == [
+    _, chart = release_chart(with_images({"name": "hami", "source": "projecthami/hami"}))
+    assert [(b.key, b.reference) for b in chart.unmirrored] == [
         ("scheduler.patch.imageNew", "docker.io/liangjw/kube-webhook-certgen:v1.1.1")
     ]

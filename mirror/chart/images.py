@@ -1,31 +1,58 @@
-"""The images a chart can run, read from its values.yaml: every image block (`registry`, `repository`,
-`tag`), wherever it sits, including blocks used only with a feature enabled or on an older Kubernetes.
+"""The images a chart can run, read from its values.yaml and its subcharts': every image reference, wherever it
+sits, including those used only with a feature or a subchart enabled, or on an older Kubernetes.
 
-An empty tag is resolved as HAMi's templates resolve it: `global.imageTag` (the release tag, hard-coded in
-each chart's values.yaml), except kube-scheduler's, which is the cluster's Kubernetes version. Rendering
-with real Helm (`render.py`) is the ground truth; this is what it is checked against, and the fallback.
+Three shapes are read, and each is written back in its own shape (`values.py`):
+- a block with a `registry` key: `{registry: docker.io, repository: projecthami/hami, tag: ..., digest: ...}`;
+  `global.imageRegistry`, when set, replaces its registry (the Bitnami convention, which HAMi's chart follows);
+- a block without one: `{repository: nvcr.io/nvidia/k8s/dcgm-exporter, tag: ...}`, the host (if any) inside
+  `repository` (HAMi-WebUI, dcgm-exporter);
+- a string: `image: "quay.io/prometheus/prometheus:v2.54.1"` under a key named `image` (or ending in `Image`).
+
+A subchart's blocks are keyed under its alias or name in the parent's values (`dcgm-exporter.image`), its
+values being the parent's overrides over its own defaults, with the parent's `global` on top, as Helm does.
+A subchart switched off by its `condition` or `tags` still has its blocks read (`enabled=False`).
+
+An empty tag is resolved as the templates resolve it: kube-scheduler's from the cluster's Kubernetes version,
+else `global.imageTag` (HAMi's release tag), else the chart's appVersion. Rendering with real Helm
+(`render.py`) is the ground truth; this is what it is checked against, and the fallback.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
-from mirror.reference import Repository, is_valid_tag, normalise_repository
+from mirror.chart.archive import ChartArchive, ChartError
+from mirror.chart.merge import deep_merge
+from mirror.reference import ReferenceError, Repository, is_valid_digest, is_valid_tag, normalise_repository
 
 DEFAULT_REGISTRY = "docker.io"
+MAX_VALUES_DEPTH = 64  # deeper than any real chart; deeper nesting is not walked
+Shape = Literal["block", "repository", "string"]
 
 
 @dataclass(frozen=True, slots=True)
 class ImageBlock:
-    """One image block of values.yaml: its dotted key and what it names, with the tag the chart will use."""
+    """One image reference in the values: where it sits and what it names, with the tag the chart will use."""
 
-    key: str  # e.g. scheduler.extender.image
+    path: tuple[str, ...]  # e.g. ("scheduler", "extender", "image"), ("dcgm-exporter", "image")
     registry: str
-    repository: str
-    tag: str  # resolved
+    repository: str  # without the host
+    tag: str  # resolved; empty when only a digest names the image
+    digest: str | None = None
+    shape: Shape = "block"
     tag_from_kube_version: bool = False  # the chart takes it from .Capabilities.KubeVersion
+    enabled: bool = True  # False: it sits in a subchart that is off with the chart's default values
+    chart: str = ""  # the subchart holding it ("dcgm-exporter", "kube-prometheus-stack/grafana"); "" for the chart
+
+    @classmethod
+    def at(cls, key: str, registry: str, repository: str, tag: str) -> ImageBlock:
+        return cls(tuple(key.split(".")), registry, repository, tag)
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.path)
 
     @property
     def source(self) -> Repository:
@@ -33,39 +60,187 @@ class ImageBlock:
 
     @property
     def reference(self) -> str:
-        return f"{self.registry}/{normalise_repository(self.registry, self.repository)}:{self.tag}"
+        name = f"{self.registry}/{normalise_repository(self.registry, self.repository)}"
+        return name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
 
 
 def kube_tag(kube_version: str) -> str:
     return "v" + kube_version.removeprefix("v")
 
 
-def image_blocks(values: dict[str, Any], kube_version: str) -> list[ImageBlock]:
-    """Every image block in the chart's values, in file order, with its effective tag."""
-    global_tag = str((values.get("global") or {}).get("imageTag") or "")
-    blocks = []
-    for key, node in _walk(values, ()):
-        repository = str(node.get("repository") or "").strip()
-        if not repository:
-            continue  # an optional image left empty (e.g. another vendor's device plugin)
-        registry = str(node.get("registry") or DEFAULT_REGISTRY).strip()
-        tag = str(node.get("tag") or "").strip()
+def image_blocks(chart: ChartArchive, kube_version: str, overrides: dict[str, Any] | None = None) -> list[ImageBlock]:
+    """Every image reference of the chart and its subcharts, in file order (the chart's own first), with the
+    values the user passes (`overrides`) layered over the chart's defaults."""
+    values = deep_merge(_values(chart), overrides or {})
+    return list(_chart_blocks(chart, values, (), "", True, kube_version, values.get("tags")))
+
+
+def _values(chart: ChartArchive) -> dict[str, Any]:
+    try:
+        return chart.values()
+    except RecursionError:
+        raise ChartError(f"chart {chart.name} {chart.version}: values.yaml is nested too deep") from None
+
+
+def _chart_blocks(
+    chart: ChartArchive,
+    values: dict[str, Any],
+    prefix: tuple[str, ...],
+    chart_path: str,
+    enabled: bool,
+    kube_version: str,
+    tags: Any,
+) -> Iterator[ImageBlock]:
+    scope = _Scope(_mapping(values.get("global")), chart.app_version, kube_version)
+    dependencies = list(_dependencies(chart, values, tags))
+    subchart_keys = frozenset(key for _, key, _ in dependencies)
+    for path, found in _walk(values, (), 0, subchart_keys):
+        block = scope.block(path, found)
+        if block is not None:
+            yield replace(block, path=prefix + block.path, enabled=enabled, chart=chart_path)
+    for subchart, key, on in dependencies:
+        own = _values(subchart)
+        merged = deep_merge(own, _mapping(values.get(key)))
+        merged["global"] = deep_merge(_mapping(own.get("global")), _mapping(values.get("global")))
+        inner = f"{chart_path}/{key}" if chart_path else key
+        yield from _chart_blocks(subchart, merged, (*prefix, key), inner, enabled and on, kube_version, tags)
+
+
+def _dependencies(chart: ChartArchive, values: dict[str, Any], tags: Any) -> Iterator[tuple[ChartArchive, str, bool]]:
+    """Each subchart with the key its values sit under (alias or name) and whether it is on, as Helm decides:
+    the first `condition` path that holds a boolean wins, else any true tag turns it on, else it is on. A
+    subchart listed twice under two aliases is two instances; one not listed at all is on, under its name."""
+    for subchart in chart.subcharts:
+        entries = [d for d in chart.dependencies() if d["name"] == subchart.name]
+        for entry in entries or [{}]:
+            yield subchart, str(entry.get("alias") or subchart.name), _enabled(entry, values, tags)
+
+
+def _enabled(entry: dict[str, Any], values: dict[str, Any], tags: Any) -> bool:
+    for condition in str(entry.get("condition") or "").split(","):
+        value = _lookup(values, condition.strip())
+        if isinstance(value, bool):
+            return value
+    wanted = entry.get("tags")
+    if isinstance(wanted, list) and wanted and isinstance(tags, dict):
+        states = [tags.get(t) for t in wanted if isinstance(tags.get(t), bool)]
+        if states:
+            return any(states)
+    return True
+
+
+def _lookup(values: dict[str, Any], dotted: str) -> Any:
+    node: Any = values
+    for part in dotted.split(".") if dotted else ():
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node if dotted else None
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """What an empty tag or a missing registry resolves to in one chart."""
+
+    global_values: dict[str, Any]
+    app_version: str
+    kube_version: str
+
+    def block(self, path: tuple[str, ...], node: dict[str, Any] | str) -> ImageBlock | None:
+        if isinstance(node, str):
+            return self._string(path, node)
+        repository = _text(node.get("repository"))
+        if "registry" in node:
+            registry = _text(self.global_values.get("imageRegistry")) or _text(node.get("registry"))
+            shape: Shape = "block"
+        else:
+            registry, shape = "", "repository"
+        if not registry:
+            registry, repository = _split_host(repository)
+        digest = _text(node.get("digest")) or None
+        if digest is not None and not is_valid_digest(digest):
+            return None  # not a digest a node could pull by
+        tag = _text(node.get("tag"))
         from_kube = not tag and repository.rsplit("/", 1)[-1] == "kube-scheduler"
         if from_kube:
-            tag = kube_tag(kube_version)
-        tag = tag or global_tag
-        if not tag or not is_valid_tag(tag):
-            continue  # no tag the chart could pull with: not an image block
-        blocks.append(ImageBlock(".".join(key), registry, repository, tag, from_kube))
-    return blocks
+            tag = kube_tag(self.kube_version)
+        if not tag and digest is None:
+            tag = _text(self.global_values.get("imageTag")) or self.app_version
+        if (tag and not is_valid_tag(tag)) or not (tag or digest):
+            return None  # nothing the chart could pull with: not an image block
+        try:
+            Repository.of(registry, repository)
+        except ReferenceError:
+            return None
+        return ImageBlock(path, registry, repository, tag, digest, shape, from_kube)
+
+    def _string(self, path: tuple[str, ...], text: str) -> ImageBlock | None:
+        name, at, digest = text.strip().partition("@")
+        last = name.rsplit("/", 1)[-1]
+        tag = last.split(":", 1)[1] if ":" in last else ""
+        if not (tag or at):
+            return None  # no tag or digest: a name, not something a node pulls
+        if (at and not is_valid_digest(digest)) or (tag and not is_valid_tag(tag)):
+            return None
+        registry, repository = _split_host(name[: len(name) - len(last)] + last.split(":", 1)[0])
+        try:
+            Repository.of(registry, repository)
+        except ReferenceError:
+            return None
+        return ImageBlock(path, registry, repository, tag, digest or None, "string")
 
 
-def _walk(node: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
-    if not isinstance(node, dict):
+def _split_host(repository: str) -> tuple[str, str]:
+    """`nvcr.io/nvidia/k8s/dcgm-exporter` -> (nvcr.io, nvidia/k8s/dcgm-exporter); a name with no host is Docker
+    Hub's, as docker reads it."""
+    first, _, rest = repository.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return DEFAULT_REGISTRY, repository
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or isinstance(value, (dict, list)) else str(value).strip()
+
+
+def _walk(
+    node: Any, path: tuple[str, ...], depth: int, skip: frozenset[str] = frozenset()
+) -> Iterator[tuple[tuple[str, ...], dict[str, Any] | str]]:
+    """Image blocks and image strings below `node`; `skip`: top-level keys that hold a subchart's values (read
+    with the subchart)."""
+    if not isinstance(node, dict) or depth > MAX_VALUES_DEPTH:
         return
-    if isinstance(node.get("repository"), str) and ("registry" in node or "tag" in node):
+    if isinstance(node.get("repository"), str) and node["repository"].strip() and _names_a_version(node):
         yield path, node
         return
     for key, child in node.items():
-        if isinstance(key, str) and key.isidentifier():
-            yield from _walk(child, (*path, key))
+        if not isinstance(key, str) or (depth == 0 and (key in skip or key in ("global", "tags"))):
+            continue
+        if isinstance(child, str) and (key == "image" or key.endswith("Image")):
+            if child.strip():
+                yield (*path, key), child
+        elif isinstance(child, dict):
+            yield from _walk(child, (*path, key), depth + 1)
+
+
+def _names_a_version(node: dict[str, Any]) -> bool:
+    return any(key in node for key in ("registry", "tag", "digest"))
+
+
+def pull_secret_paths(chart: ChartArchive) -> list[tuple[str, ...]]:
+    """Where the chart and its subcharts take a list of pull secrets outside `global` (HAMi-WebUI's top-level
+    `imagePullSecrets`, dcgm-exporter's under its key), so a pull secret reaches every pod."""
+    return list(_secret_paths(chart, (), 0))
+
+
+def _secret_paths(chart: ChartArchive, prefix: tuple[str, ...], depth: int) -> Iterator[tuple[str, ...]]:
+    values = _values(chart)
+    for key, value in values.items():
+        if key == "imagePullSecrets" and isinstance(value, list):
+            yield (*prefix, key)
+    for subchart, key, _ in _dependencies(chart, values, None):
+        yield from _secret_paths(subchart, (*prefix, key), depth + 1)

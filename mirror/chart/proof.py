@@ -18,9 +18,11 @@ class CheckedImage:
     reference: str
     source: str  # template or values key
     verdict: str
+    note: str = ""
 
     def to_json(self) -> dict[str, str]:
-        return {"image": self.reference, "from": self.source, "verdict": self.verdict}
+        data = {"image": self.reference, "from": self.source, "verdict": self.verdict}
+        return {**data, "note": self.note} if self.note else data
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,23 +35,41 @@ class Proof:
         return all(image.verdict != NOT_MIRRORED for image in self.images)
 
     def failures(self) -> list[str]:
-        return [f"{i.reference} ({i.source})" for i in self.images if i.verdict == NOT_MIRRORED]
+        return [
+            f"{i.reference} ({i.source}{': ' + i.note if i.note else ''})"
+            for i in self.images
+            if i.verdict == NOT_MIRRORED
+        ]
 
     def to_json(self) -> dict[str, object]:
         return {"renderer": self.renderer, "ok": self.ok, "images": [i.to_json() for i in self.images]}
 
 
-def check_rendering(rendering: Rendering, verified: set[str], allowed_registries: list[str]) -> Proof:
-    """`verified`: references (`host/repository:tag`) of the copies verified at the target, as nodes pull
-    them; `allowed_registries`: host patterns (`*.aliyuncs.com`) nodes may pull from as they are."""
+def check_rendering(
+    rendering: Rendering, verified: set[str], allowed_registries: list[str], named: set[str] | None = None
+) -> Proof:
+    """`verified`: references (`host/repository:tag` and `host/repository@digest`) of the copies verified at
+    the target, as nodes pull them; `allowed_registries`: host patterns (`*.aliyuncs.com`) nodes may pull
+    from as they are; `named`: the source repositories the chart's values blocks name. An image left on
+    another registry that no block names (written into a template) is said to be so, with its template."""
     seen: dict[tuple[str, str], CheckedImage] = {}
+    targets = {_repository(reference) for reference in verified}
     for image in rendering.images:
         key = (image.reference, image.source)
         if key not in seen:
-            seen[key] = CheckedImage(
-                image.reference, image.source, _verdict(image.reference, verified, allowed_registries)
-            )
+            verdict = _verdict(image.reference, verified, allowed_registries)
+            note = ""
+            if verdict == NOT_MIRRORED and named is not None and _repository(image.reference) not in {*named, *targets}:
+                note = "no values block sets this image"
+            seen[key] = CheckedImage(image.reference, image.source, verdict, note)
     return Proof(rendering.renderer, tuple(seen.values()))
+
+
+def _repository(reference: str) -> str | None:
+    try:
+        return str(parse(reference).repository)
+    except ReferenceError:
+        return None
 
 
 def _verdict(reference: str, verified: set[str], allowed: list[str]) -> str:

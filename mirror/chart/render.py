@@ -18,7 +18,6 @@ import yaml
 
 from mirror.chart.archive import ChartArchive, ChartError
 from mirror.chart.images import image_blocks
-from mirror.chart.merge import deep_merge
 
 Renderer = Literal["auto", "sdk", "binary", "values"]
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
@@ -102,8 +101,7 @@ def _render_binary(helm: str, archive: ChartArchive, values: dict[str, Any], req
 
 
 def _render_values(archive: ChartArchive, values: dict[str, Any], request: RenderRequest) -> Rendering:
-    merged = deep_merge(archive.values(), values)
-    blocks = image_blocks(merged, request.kube_version)
+    blocks = image_blocks(archive, request.kube_version, values)
     images = tuple(RenderedImage(block.reference, f"values.yaml {block.key}") for block in blocks)
     return Rendering("values.yaml only (no Helm available: every image block counts, used or not)", images)
 

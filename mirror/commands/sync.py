@@ -15,6 +15,7 @@ from mirror.engine.discover import DiscoveryError
 from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
+from mirror.naming import NameClash
 from mirror.progress import progress_for
 from mirror.reference import ReferenceError
 from mirror.release import VersionError
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         options = SyncOptions(tuple(args.target), args.dry_run, args.deep, args.force)
         results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
-    except (ConfigError, VersionError, ReferenceError) as exc:
+    except (ConfigError, VersionError, ReferenceError, NameClash) as exc:
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (LockTimeout, DiscoveryError, ChartError) as exc:  # nothing was written
@@ -91,7 +92,7 @@ def print_summary(results: list[ReleaseResult]) -> None:
         if release.source_rate_limit:
             print(f"  source pull budget: {release.source_rate_limit}")
         for values in release.values:
-            print(f"  values for {values.target}: {values.path}")
+            print(f"  {values.chart_name} {values.chart_version} values for {values.target}: {values.path}")
             for warning in values.warnings:
                 print(f"    WARNING: {warning}")
             if values.chart_note:
@@ -100,7 +101,8 @@ def print_summary(results: list[ReleaseResult]) -> None:
                 verdict = "every image mirrored or allowed" if values.proof["ok"] else "IMAGES LEFT ON THE SOURCE"
                 print(f"    proof ({values.proof['renderer']}): {verdict}")
                 for image in values.proof["images"]:
-                    print(f"      {image['image']}: {image['verdict']} ({image['from']})")
+                    note = f"; {image['note']}" if image.get("note") else ""
+                    print(f"      {image['image']}: {image['verdict']} ({image['from']}{note})")
             if values.rbac_path:
                 print(f"    kubectl apply -f {values.rbac_path}")
             if values.kubectl_command:

@@ -1,6 +1,6 @@
-"""The last steps for a target where every image of a release verified: build the values, prove them by
-rendering the chart with them, publish the chart next to the images, then write them. A refused proof leaves
-nothing at the target and nothing written.
+"""The last steps for one chart of a release at one target where every image the chart uses verified: point
+its blocks at the copies, prove the values by rendering the chart with them, publish the chart next to the
+images, then write them. A refused proof leaves nothing at the target and nothing written.
 
     values -> render check -> publish chart -> write (or refuse, naming each image left behind)
 """
@@ -11,15 +11,16 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from mirror.chart.images import pull_secret_paths
 from mirror.chart.proof import Proof, check_rendering
 from mirror.chart.publish import publish_chart
 from mirror.chart.render import RenderRequest, render_images
-from mirror.engine.jobs import ReleaseJob
+from mirror.engine.jobs import ChartJob, ImageUse, ReleaseJob
 from mirror.reference import ReferenceError, parse
 from mirror.registry import RegistryClient
-from mirror.report import ReleaseResult
+from mirror.report import ReleaseResult, TargetResult
 from mirror.settings import MirrorSettings, TargetSettings
-from mirror.values import ChartInstall, ValuesFile, build_values, pull_registry, write_values
+from mirror.values import ChartInstall, PointedBlock, ValuesFile, build_values, pull_registry, write_values
 
 log = logging.getLogger("mirror")
 
@@ -30,46 +31,79 @@ class Delivery:
     error: str | None = None
 
 
-def verified_references(job: ReleaseJob, result: ReleaseResult, target: TargetSettings) -> set[str]:
-    """The copies verified at this target, as nodes pull them (the VPC host)."""
+def outcomes_at(job: ReleaseJob, result: ReleaseResult, target: TargetSettings) -> dict[int, TargetResult]:
+    """Each copy's result at this target, by its index in `job.images`, where the copy verified there."""
+    found = {}
+    for index, image_result in enumerate(result.images):
+        if image_result.error is None:
+            for outcome in image_result.targets:
+                if outcome.target == target.name and outcome.verified:
+                    found[index] = outcome
+    return found
+
+
+def chart_verified(job: ReleaseJob, chart: ChartJob, result: ReleaseResult, target: TargetSettings) -> bool:
+    return chart.copies <= outcomes_at(job, result, target).keys()
+
+
+def verified_references(job: ReleaseJob, outcomes: dict[int, TargetResult], target: TargetSettings) -> set[str]:
+    """The copies verified at this target, as nodes pull them (the VPC host): by tag and by digest."""
     verified = set()
     registry = pull_registry(target)
-    for image_job, image_result in zip(job.images, result.images, strict=True):
-        for ref, outcome in zip(image_job.targets, image_result.targets, strict=True):
-            if ref.name == target.name and outcome.verified:
-                try:
-                    verified.add(str(parse(f"{registry}/{ref.repository.name}:{image_job.tag}")))
-                except ReferenceError:
-                    continue
+    for index, outcome in outcomes.items():
+        image = job.images[index]
+        name = f"{registry}/{target.namespace}/{image.image.name}"
+        for text in (f"{name}:{image.tag}", f"{name}@{outcome.digest}"):
+            try:
+                verified.add(str(parse(text)))
+            except ReferenceError:
+                continue
     return verified
+
+
+def _pointed(job: ReleaseJob, use: ImageUse, outcomes: dict[int, TargetResult]) -> PointedBlock:
+    """A pinned digest stays as the chart wrote it, since the copy is byte-exact, unless the target holds a
+    rewrite of the index (attestations left out): then the values pin the rewrite."""
+    outcome = outcomes[use.copy]
+    digest = outcome.digest if use.block.digest and outcome.digest != use.block.digest else None
+    return PointedBlock(use.block, job.images[use.copy].image.name, use.values_tag, digest)
 
 
 async def deliver(
     settings: MirrorSettings,
     job: ReleaseJob,
+    chart: ChartJob,
     target: TargetSettings,
     result: ReleaseResult,
     client: RegistryClient,
     latest: bool,
 ) -> Delivery:
+    outcomes = outcomes_at(job, result, target)
     pull_secret = result.pull_secret_for(target)
-    values = build_values(target, [image.image for image in job.images], settings.values, pull_secret)
-    problems = [f"{block.key} would still pull {block.reference}" for block in job.unmirrored]
-    install = ChartInstall(settings.values.chart)
+    pointed = [_pointed(job, use, outcomes) for use in chart.uses]
+    secret_paths = pull_secret_paths(chart.archive) if chart.archive is not None else []
+    values = build_values(target, pointed, chart.spec.extra, pull_secret, secret_paths)
+    problems = [f"{block.key} would still pull {block.reference}" for block in chart.unmirrored]
+    install = ChartInstall(chart.spec.default_reference)
     proof: Proof | None = None
-    if job.chart is not None and settings.chart is not None:
-        request = RenderRequest(settings.values.release, settings.values.kube_namespace, settings.chart.kube_version)
-        rendering = await asyncio.to_thread(render_images, job.chart, values, request, settings.chart.renderer)
-        proof = check_rendering(rendering, verified_references(job, result, target), settings.chart.allowed_registries)
+    if chart.archive is not None and settings.chart is not None:
+        spec = chart.spec
+        request = RenderRequest(spec.release, spec.namespace, settings.chart.kube_version)
+        rendering = await asyncio.to_thread(render_images, chart.archive, values, request, settings.chart.renderer)
+        named = {str(use.block.source) for use in chart.uses} | {str(b.source) for b in chart.unmirrored}
+        verified = verified_references(job, {i: o for i, o in outcomes.items() if i in chart.copies}, target)
+        proof = check_rendering(rendering, verified, settings.chart.allowed_registries, named)
         problems += [f"the rendered chart pulls {failure}" for failure in proof.failures()]
     problems = list(dict.fromkeys(problems))
+    label = f"{job.version} {chart.spec.name} -> {target.name}"
     if problems and settings.values.unmirrored == "error":
         reason = "; ".join(problems)
-        return Delivery(None, f"values for {target.name} not written: nodes would pull from the source: {reason}")
+        what = "values" if chart.spec.is_release_chart else f"{chart.spec.name} values"
+        return Delivery(None, f"{what} for {target.name} not written: nodes would pull from the source: {reason}")
     for problem in problems:
-        log.warning("%s -> %s: values written with an image left behind: %s", job.version, target.name, problem)
-    if job.chart is not None and settings.chart is not None:
-        install = await _publish(settings, job, target, client)
+        log.warning("%s: values written with an image left behind: %s", label, problem)
+    if chart.archive is not None and settings.chart is not None:
+        install = await _publish(settings, chart, target, client, label)
     written = write_values(
         settings,
         target,
@@ -80,22 +114,24 @@ async def deliver(
         pull_secret,
         proof.to_json() if proof else None,
         tuple(f"NOT MIRRORED: {p}" for p in problems),
+        chart.spec,
+        chart.version,
     )
     return Delivery(written)
 
 
 async def _publish(
-    settings: MirrorSettings, job: ReleaseJob, target: TargetSettings, client: RegistryClient
+    settings: MirrorSettings, chart: ChartJob, target: TargetSettings, client: RegistryClient, label: str
 ) -> ChartInstall:
     """The chart at the target as OCI, or its .tgz beside the values where the target refuses it."""
-    assert job.chart is not None and settings.chart is not None
-    archive = (f"{job.chart.name}-{job.chart.version}.tgz", job.chart.raw)
+    assert chart.archive is not None and settings.chart is not None
+    archive = (f"{chart.archive.name}-{chart.archive.version}.tgz", chart.archive.raw)
     if not settings.chart.publish:
         return ChartInstall("", archive)
-    repository = f"{target.namespace}/{job.chart.name}"
-    published = await publish_chart(client, repository, job.chart)
+    repository = f"{target.namespace}/{chart.archive.name}"
+    published = await publish_chart(client, repository, chart.archive)
     if published.reference is None:
         note = f"{published.refusal}; the chart's .tgz is written beside the values instead"
-        log.warning("%s -> %s: %s", job.version, target.name, note)
+        log.warning("%s: %s", label, note)
         return ChartInstall("", archive, note)
     return ChartInstall(f"oci://{pull_registry(target)}/{repository}")

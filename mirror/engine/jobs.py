@@ -1,30 +1,42 @@
-"""From settings, release versions and (when configured) each release's chart to the list of image copies to
-make, with the values keys each image answers for. Pure: no network."""
+"""From settings, release versions and the install's charts to the copies to make and, per chart, the values
+blocks each copy answers for. Pure: no network.
+
+A release installs one or more charts: the release's own (HAMi, following the version given to `mirror sync`),
+then each chart of `charts:` (HAMi-WebUI), each with its subcharts. Every image reference any of them can run
+becomes a use of one copy; a copy shared by several blocks or charts is made once. Chart images and configured
+images become the same `ImageJob`: the copy code does not know where its list came from.
+"""
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mirror import hami
 from mirror.chart.archive import ChartArchive
 from mirror.chart.images import ImageBlock, image_blocks
+from mirror.naming import check_unique, flat_name
 from mirror.reference import Repository, api_host
-from mirror.release import normalise_version
-from mirror.settings import ACR_REGISTRIES, ImageSettings, MirrorSettings, TargetSettings
-from mirror.values import require_nested_schema
+from mirror.release import chart_version, normalise_version
+from mirror.settings import (
+    ACR_REGISTRIES,
+    ImageSettings,
+    InstallChartSettings,
+    MirrorSettings,
+    TargetSettings,
+)
+from mirror.values import ChartSpec, require_nested_schema
+
+PINNED_TAG_PREFIX = "pinned-"  # the target tag of an image the chart names by digest alone
 
 
 @dataclass(frozen=True, slots=True)
 class ReleaseImage:
-    """An image of a release as the values see it: its repository name under each target namespace, the
-    values keys that point at it, and a tag to write when the chart would not arrive at it by itself."""
+    """A copy as the targets see it: its repository name under each target namespace."""
 
     name: str
-    values_keys: tuple[str, ...] = ()
     platforms: tuple[str, ...] | None = None
-    values_tag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +53,45 @@ class TargetRef:
 
 @dataclass(frozen=True, slots=True)
 class ImageJob:
-    """Copy `source:tag` to every target."""
+    """Copy `source:tag` (or the pinned `source@digest`, tagged `tag` at the targets) to every target."""
 
     image: ReleaseImage
     source: Repository
     tag: str
     targets: tuple[TargetRef, ...]
+    digest: str | None = None  # pinned by the chart: copied by digest, whatever the source tag says now
 
     @property
     def source_ref(self) -> str:
-        return f"{self.source}:{self.tag}"
+        return f"{self.source}:{self.tag}" + (f"@{self.digest}" if self.digest else "")
+
+    @property
+    def source_identifier(self) -> str:
+        """What the source is asked for: the pinned digest, else the tag."""
+        return self.digest or self.tag
+
+
+@dataclass(frozen=True, slots=True)
+class ImageUse:
+    """One values block of one chart, pointed at one copy (`ReleaseJob.images[copy]`)."""
+
+    block: ImageBlock
+    copy: int
+    values_tag: str | None = None  # written when the chart would compute another tag (kube-scheduler's)
+
+
+@dataclass(frozen=True)
+class ChartJob:
+    spec: ChartSpec
+    version: str  # the chart's version: 2.10.0, 1.3.0
+    archive: ChartArchive | None = field(default=None, repr=False)
+    uses: tuple[ImageUse, ...] = ()
+    # image blocks the values will leave where they are (an image of the chart nobody mirrors)
+    unmirrored: tuple[ImageBlock, ...] = ()
+
+    @property
+    def copies(self) -> frozenset[int]:
+        return frozenset(use.copy for use in self.uses)
 
 
 @dataclass(frozen=True)
@@ -58,25 +99,30 @@ class ReleaseJob:
     version: str
     images: tuple[ImageJob, ...]
     targets: tuple[TargetSettings, ...]
-    chart: ChartArchive | None = field(default=None, repr=False)
-    # image blocks the values will leave where they are (an image of the release nobody mirrors)
-    unmirrored: tuple[ImageBlock, ...] = ()
+    charts: tuple[ChartJob, ...] = ()
+
+
+@dataclass(frozen=True)
+class InstallCharts:
+    """The charts a run fetched: the release chart per release version, and each `charts:` entry (fetched
+    once per run: pinned, or its newest version)."""
+
+    release: Mapping[str, ChartArchive] = field(default_factory=dict)
+    others: tuple[ChartArchive, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class PlannedImage:
-    image: ReleaseImage
+class _Copy:
+    name: str
     source: Repository
     tag: str
+    digest: str | None = None
+    platforms: tuple[str, ...] | None = None
 
 
 def source_repository(settings: MirrorSettings, image: ImageSettings) -> Repository:
     """Where a configured image lives: its own registry, or the config's source registry."""
     return Repository.of(image.registry or settings.source.registry, image.source)
-
-
-def target_repository(target: TargetSettings, image: ReleaseImage) -> Repository:
-    return Repository.of(target.registry, f"{target.namespace}/{image.name}")
 
 
 def check_versions(settings: MirrorSettings, versions: list[str]) -> list[str]:
@@ -87,81 +133,122 @@ def check_versions(settings: MirrorSettings, versions: list[str]) -> list[str]:
     return normalised
 
 
+def release_spec(settings: MirrorSettings) -> ChartSpec:
+    values = settings.values
+    name = settings.chart.name if settings.chart else "hami"
+    subcharts = settings.chart.subcharts if settings.chart else "all"
+    return ChartSpec(
+        name, values.release, values.kube_namespace, values.file_name, values.extra, subcharts, True, values.chart
+    )
+
+
+def install_spec(settings: MirrorSettings, chart: InstallChartSettings) -> ChartSpec:
+    return ChartSpec(
+        chart.name,
+        chart.release or chart.name,
+        chart.namespace or settings.values.kube_namespace,
+        chart.values_file,
+        chart.values,
+        chart.subcharts,
+        is_release_chart=False,
+        default_reference=f"{chart.repository}/{chart.name}",
+    )
+
+
 def build_release_jobs(
     settings: MirrorSettings,
     versions: list[str],
     target_names: list[str] | None = None,
-    charts: dict[str, ChartArchive] | None = None,
+    charts: InstallCharts | None = None,
 ) -> list[ReleaseJob]:
-    """Validate versions and target names and expand the config into jobs, before any network traffic
-    (the charts, when configured, were fetched first and are passed in by version)."""
+    """Validate versions and target names and expand the config into jobs, before any copy is made (the
+    charts, when configured, were fetched first and are passed in)."""
+    charts = charts or InstallCharts()
     normalised = check_versions(settings, versions)
     targets = tuple(settings.target(n) for n in target_names) if target_names else tuple(settings.targets)
-    jobs = []
-    for version in normalised:
-        chart = (charts or {}).get(version)
-        planned, unmirrored = release_images(settings, version, chart)
-        images = tuple(
-            ImageJob(p.image, p.source, p.tag, tuple(TargetRef(t, target_repository(t, p.image)) for t in targets))
-            for p in planned
+    return [_release_job(settings, version, targets, charts) for version in normalised]
+
+
+def _release_job(
+    settings: MirrorSettings, version: str, targets: tuple[TargetSettings, ...], charts: InstallCharts
+) -> ReleaseJob:
+    copies: dict[_Copy, int] = {}
+    chart_jobs = [_release_chart_job(settings, version, charts.release.get(version), copies)]
+    for chart, archive in zip(settings.charts, charts.others, strict=True):
+        spec = install_spec(settings, chart)
+        chart_jobs.append(_chart_job(settings, spec, archive, _blocks(settings, spec, archive), copies))
+    check_unique((copy.source, copy.name) for copy in copies)
+    images = tuple(
+        ImageJob(
+            ReleaseImage(copy.name, copy.platforms),
+            copy.source,
+            copy.tag,
+            tuple(TargetRef(t, Repository.of(t.registry, f"{t.namespace}/{copy.name}")) for t in targets),
+            copy.digest,
         )
-        jobs.append(ReleaseJob(version, images, targets, chart, tuple(unmirrored)))
-    return jobs
+        for copy in copies
+    )
+    return ReleaseJob(version, images, targets, tuple(chart_jobs))
 
 
-def release_images(
-    settings: MirrorSettings, version: str, chart: ChartArchive | None
-) -> tuple[list[PlannedImage], list[ImageBlock]]:
-    """The images to mirror for a release, and the image blocks its values would leave on their registry.
-
-    With a chart: the configured images (their keys taken from the chart's blocks for the same repository
-    when not given), or else every image block of the chart outside the allowed registries. Without one:
-    the configured images, their keys defaulting to HAMi's own."""
-    blocks = _blocks(settings, version, chart)
-    planned = [_configured(settings, image, version, blocks) for image in settings.images]
-    if chart is not None and not settings.images:
-        planned = _from_blocks(settings, blocks)
-    covered = {key for p in planned for key in p.image.values_keys}
-    unmirrored = [b for b in blocks if b.key not in covered and not _allowed(settings, b.registry)]
-    return planned, unmirrored
-
-
-def _blocks(settings: MirrorSettings, version: str, chart: ChartArchive | None) -> list[ImageBlock]:
-    if chart is None:
-        return hami.default_install_blocks(version)
-    assert settings.chart is not None
-    return image_blocks(chart.values(), settings.chart.kube_version)
-
-
-def _configured(settings: MirrorSettings, image: ImageSettings, version: str, blocks: list[ImageBlock]) -> PlannedImage:
-    source = source_repository(settings, image)
-    keys = tuple(image.values_keys) or tuple(b.key for b in blocks if b.source == source)
-    if not keys:
-        keys = hami.VALUES_KEYS.get(source.name, ())
-    platforms = tuple(image.platforms) if image.platforms else None
-    return PlannedImage(ReleaseImage(image.name, keys, platforms), source, image.tag_for(version))
+def _release_chart_job(
+    settings: MirrorSettings, version: str, archive: ChartArchive | None, copies: dict[_Copy, int]
+) -> ChartJob:
+    """HAMi's chart: its blocks (or, with no chart configured, HAMi's known keys); configured `images:` take
+    the blocks of their repository, and the rest of the chart's blocks are left where they are."""
+    spec = release_spec(settings)
+    blocks = _blocks(settings, spec, archive) if archive is not None else hami.default_install_blocks(version)
+    if not settings.images:
+        return _chart_job(settings, spec, archive, blocks, copies, chart_version(version))
+    uses = []
+    for image in settings.images:
+        source = source_repository(settings, image)
+        copy = _index(copies, _Copy(image.name, source, image.tag_for(version), None, _platforms(image)))
+        keys = tuple(image.values_keys) or tuple(b.key for b in blocks if b.source == source)
+        keys = keys or hami.VALUES_KEYS.get(source.name, ())
+        uses += [
+            ImageUse(ImageBlock.at(key, source.registry, source.name, image.tag_for(version)), copy) for key in keys
+        ]
+    covered = {use.block.key for use in uses}
+    unmirrored = tuple(b for b in blocks if b.key not in covered and not _allowed(settings, b.registry))
+    return ChartJob(spec, chart_version(version), archive, tuple(uses), unmirrored)
 
 
-def _from_blocks(settings: MirrorSettings, blocks: list[ImageBlock]) -> list[PlannedImage]:
-    """One image per (repository, tag) of the chart, with every key that names it; names are the
-    repository's last component, or `<owner>-<name>` where two sources would meet on one tag."""
-    assert settings.chart is not None
-    grouped: dict[tuple[Repository, str], list[ImageBlock]] = {}
+def _chart_job(
+    settings: MirrorSettings,
+    spec: ChartSpec,
+    archive: ChartArchive | None,
+    blocks: list[ImageBlock],
+    copies: dict[_Copy, int],
+    version: str | None = None,
+) -> ChartJob:
+    """Every block of the chart outside the allowed registries becomes a use of its copy."""
+    mirror_allowed = settings.chart is not None and settings.chart.mirror_acr_images
+    uses = []
     for block in blocks:
-        if _allowed(settings, block.registry) and not settings.chart.mirror_acr_images:
-            continue
-        grouped.setdefault((block.source, block.tag), []).append(block)
-    planned: list[PlannedImage] = []
-    taken: dict[tuple[str, str], Repository] = {}
-    for (source, tag), group in grouped.items():
-        name = source.name.rsplit("/", 1)[-1]
-        if taken.get((name, tag), source) != source:
-            name = source.name.replace("/", "-")
-        taken[(name, tag)] = source
-        values_tag = tag if any(b.tag_from_kube_version for b in group) else None
-        image = ReleaseImage(name, tuple(b.key for b in group), None, values_tag)
-        planned.append(PlannedImage(image, source, tag))
-    return planned
+        if _allowed(settings, block.registry) and not mirror_allowed:
+            continue  # nodes pull it as it is (kube-scheduler from ACR)
+        if not block.enabled and spec.subcharts == "enabled":
+            continue  # a subchart that is off: turning it on later needs another run
+        name = flat_name(block.source, settings.source.registry)
+        tag = block.tag or PINNED_TAG_PREFIX + (block.digest or "").removeprefix("sha256:")[:32]
+        copy = _index(copies, _Copy(name, block.source, tag, block.digest))
+        uses.append(ImageUse(block, copy, block.tag if block.tag_from_kube_version else None))
+    chart_version_ = version or (archive.version if archive is not None else "")
+    return ChartJob(spec, chart_version_, archive, tuple(uses))
+
+
+def _blocks(settings: MirrorSettings, spec: ChartSpec, archive: ChartArchive) -> list[ImageBlock]:
+    assert settings.chart is not None
+    return image_blocks(archive, settings.chart.kube_version, dict(spec.extra))
+
+
+def _index(copies: dict[_Copy, int], copy: _Copy) -> int:
+    return copies.setdefault(copy, len(copies))
+
+
+def _platforms(image: ImageSettings) -> tuple[str, ...] | None:
+    return tuple(image.platforms) if image.platforms else None
 
 
 def _allowed(settings: MirrorSettings, registry: str) -> bool:

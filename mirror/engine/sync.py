@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from mirror import acr
 from mirror.chart.archive import ChartError
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
-from mirror.engine.charts import fetch_release_charts
+from mirror.engine.charts import fetch_install_charts
 from mirror.engine.clients import Clients, open_client, retry_policy
 from mirror.engine.copy import CopyStats, copy_to_target
-from mirror.engine.deliver import Delivery, deliver
+from mirror.engine.deliver import Delivery, chart_verified, deliver
 from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.fanout import Spool
-from mirror.engine.jobs import ImageJob, ReleaseJob, TargetRef, build_release_jobs, check_versions
+from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, TargetRef, build_release_jobs, check_versions
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
@@ -38,7 +38,7 @@ from mirror.registry.credentials import CredentialError
 from mirror.registry.errors import IntegrityError
 from mirror.release import version_key
 from mirror.report import ImageResult, ReleaseResult, TargetResult
-from mirror.settings import MirrorSettings
+from mirror.settings import MirrorSettings, TargetSettings
 
 if TYPE_CHECKING:  # sigstore is imported only where a rule applies
     from mirror.engine.signatures import HeldCopy, SignatureGate
@@ -150,20 +150,28 @@ class Syncer:
         sources = {image.source.registry for image in job.images}
         result.source_rate_limit = next((b for h in sorted(sources) if (b := self.clients[h].rate_limit)), None)
         if not self.options.dry_run:
-            for name in result.verified_targets([t.name for t in job.targets]):
-                target = self.settings.target(name)
-                client = self.clients[api_host(target.registry)]
-                try:
-                    delivery = await deliver(self.settings, job, target, result, client, latest)
-                except (*EXPECTED_FAILURES, ChartError) as exc:
-                    delivery = Delivery(None, f"values for {name} not written: {exc}")
-                if delivery.values is None:
-                    result.errors.append(delivery.error or f"values for {name} not written")
-                    self.progress.event(f"{job.version} -> {name}: {delivery.error}")
-                    continue
-                result.values.append(delivery.values)
-                self.progress.event(f"{job.version} -> {name}: wrote {delivery.values.path}")
+            for target in job.targets:
+                for chart in job.charts:
+                    await self._deliver(job, chart, target, result, latest)
         return result
+
+    async def _deliver(
+        self, job: ReleaseJob, chart: ChartJob, target: TargetSettings, result: ReleaseResult, latest: bool
+    ) -> None:
+        """One chart's values at one target, once every image the chart uses verified there."""
+        if not chart_verified(job, chart, result, target):
+            return
+        client = self.clients[api_host(target.registry)]
+        try:
+            delivery = await deliver(self.settings, job, chart, target, result, client, latest)
+        except (*EXPECTED_FAILURES, ChartError) as exc:
+            delivery = Delivery(None, f"{chart.spec.name} values for {target.name} not written: {exc}")
+        if delivery.values is None:
+            result.errors.append(delivery.error or f"{chart.spec.name} values for {target.name} not written")
+            self.progress.event(f"{job.version} {chart.spec.name} -> {target.name}: {delivery.error}")
+            return
+        result.values.append(delivery.values)
+        self.progress.event(f"{job.version} {chart.spec.name} -> {target.name}: wrote {delivery.values.path}")
 
     async def run_image(self, job: ImageJob) -> ImageResult:
         result = ImageResult(job.image.name, job.source_ref)
@@ -171,11 +179,12 @@ class Syncer:
         # The target tags are asked for while the source answers: a round trip saved on every image.
         current = {ref.name: self._head_target_tag(job, ref) for ref in job.targets}
         try:
-            resolved = await source.head_manifest(job.source.name, job.tag)
+            resolved = await source.head_manifest(job.source.name, job.source_identifier)
         except EXPECTED_FAILURES as exc:
             result.error = str(exc)
         if result.error is None and resolved is None:
-            result.error = f"{job.source_ref}: tag not found at the source"
+            missing = "the pinned digest is no longer served" if job.digest else "tag not found"
+            result.error = f"{job.source_ref}: {missing} at the source"
         if result.error is None and resolved is not None:
             result.source_digest = resolved.digest
             if any(ref.target.referrers for ref in job.targets):
@@ -503,7 +512,7 @@ async def sync(
     own = clients is None
     clients = clients or Clients(settings)
     try:
-        charts = await fetch_release_charts(settings, check_versions(settings, versions), clients)
+        charts = await fetch_install_charts(settings, check_versions(settings, versions), clients)
         jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
         async with target_locks(settings, jobs, enabled=not options.dry_run):
             return await Syncer(settings, clients, options, progress, shutdown).run(jobs)

@@ -58,8 +58,9 @@ def job_view(job: dict[str, Any]) -> dict[str, Any]:
             {
                 "target": v["target"],
                 "version": release["version"],
+                "chart": v.get("chart_name", "hami"),
                 "path": v["path"],
-                "url": f"/jobs/{job['id']}/values/{v['target']}",
+                "url": f"/jobs/{job['id']}/values/{v['target']}/{v.get('chart_name', 'hami')}",
             }
             for release in releases
             for v in release.get("values", [])
@@ -145,15 +146,18 @@ async def list_jobs(request: Request) -> Response:
 
 @authorised
 async def job_values(request: Request) -> Response:
-    """The values file this job wrote for the target, from the job's own record."""
+    """A values file this job wrote for the target, from the job's own record: the chart's named in the path,
+    else the first of the install (the release's own chart)."""
     job = await request.app.state.store.get(request.path_params["job_id"])
     if job is None:
         return error(404, "no such job")
+    chart = request.path_params.get("chart")
     for release in job["result"] or []:
         for values in release.get("values", []):
-            if values["target"] == request.path_params["target"] and values.get("content"):
+            wanted = chart is None or values.get("chart_name", "hami") == chart
+            if values["target"] == request.path_params["target"] and wanted and values.get("content"):
                 return PlainTextResponse(values["content"], media_type="application/yaml")
-    return error(404, "no values file for that target in this job")
+    return error(404, "no values file for that target and chart in this job")
 
 
 async def healthz(request: Request) -> Response:
@@ -222,6 +226,7 @@ def create_app(settings: MirrorSettings) -> Starlette:
         Route("/jobs", list_jobs),
         Route("/jobs/{job_id}", get_job),
         Route("/jobs/{job_id}/values/{target}", job_values),
+        Route("/jobs/{job_id}/values/{target}/{chart}", job_values),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),

@@ -1,0 +1,259 @@
+"""Reading a chart's images across its subcharts and every shape, writing each block back in its own shape, and
+the one naming rule: no network, charts built as `helm package` lays them out."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from mirror.chart.archive import ChartError, open_chart
+from mirror.chart.images import image_blocks, pull_secret_paths
+from mirror.chart.proof import NOT_MIRRORED, check_rendering
+from mirror.chart.render import RenderedImage, Rendering
+from mirror.demo.samplechart import package
+from mirror.naming import NameClash, check_unique, flat_name
+from mirror.reference import Repository
+from mirror.settings import TargetSettings
+from mirror.values import PointedBlock, build_values
+
+DIGEST = "sha256:" + "b4" * 32
+OTHER = "sha256:" + "7e" * 32
+
+
+def chart_yaml(
+    name: str, version: str, app_version: str = "", dependencies: list[dict[str, object]] | None = None
+) -> str:
+    data: dict[str, object] = {"apiVersion": "v2", "name": name, "version": version}
+    if app_version:
+        data["appVersion"] = app_version
+    if dependencies:
+        data["dependencies"] = dependencies
+    return yaml.safe_dump(data)
+
+
+DCGM_VALUES = {
+    "image": {"repository": "nvcr.io/nvidia/k8s/dcgm-exporter", "tag": "", "pullPolicy": "IfNotPresent"},
+    "imagePullSecrets": [],
+}
+KPS_VALUES = {
+    "global": {"imageRegistry": "", "imagePullSecrets": []},
+    "prometheus": {
+        "prometheusSpec": {"image": {"registry": "quay.io", "repository": "prometheus/prometheus", "tag": "v2.54.1"}}
+    },
+    "grafana": {"enabled": True},
+}
+GRAFANA_VALUES = {"image": {"registry": "docker.io", "repository": "grafana/grafana", "tag": "11.2.0"}}
+
+
+def webui_like(fe_digest: str = DIGEST) -> bytes:
+    grafana = package(
+        {"Chart.yaml": chart_yaml("grafana", "8.5.0", "11.2.0"), "values.yaml": yaml.safe_dump(GRAFANA_VALUES)},
+        "grafana",
+    )
+    kps = package(
+        {
+            "Chart.yaml": chart_yaml(
+                "kube-prometheus-stack", "62.6.0", "v0.76.0", [{"name": "grafana", "condition": "grafana.enabled"}]
+            ),
+            "values.yaml": yaml.safe_dump(KPS_VALUES),
+            "charts/grafana-8.5.0.tgz": grafana,
+            "charts/crds/Chart.yaml": chart_yaml("crds", "0.0.0"),
+            "charts/crds/crds/prometheus.yaml": "kind: CustomResourceDefinition\n",
+        },
+        "kube-prometheus-stack",
+    )
+    dcgm = package(
+        {"Chart.yaml": chart_yaml("dcgm-exporter", "3.5.0", "3.3.5-3.4.1"), "values.yaml": yaml.safe_dump(DCGM_VALUES)},
+        "dcgm-exporter",
+    )
+    values = {
+        "image": {
+            "frontend": {"repository": "projecthami/hami-webui-fe-oss", "tag": "v1.3.0", "digest": fe_digest},
+            "backend": {"repository": "projecthami/hami-webui-be-oss", "tag": "v1.3.0", "digest": OTHER},
+        },
+        "imagePullSecrets": [],
+        "dcgm-exporter": {"enabled": True},
+        "kube-prometheus-stack": {"enabled": False},
+        "tools": {"image": "ghcr.io/project-hami/tools:v1"},
+    }
+    dependencies: list[dict[str, object]] = [
+        {"name": "dcgm-exporter", "version": "3.5.0", "condition": "dcgm-exporter.enabled"},
+        {
+            "name": "kube-prometheus-stack",
+            "version": "62.6.0",
+            "condition": "kps.enabled",
+            "alias": "kps",
+        },
+    ]
+    return package(
+        {
+            "Chart.yaml": chart_yaml("hami-webui", "1.3.0", "1.3.0", dependencies),
+            "values.yaml": yaml.safe_dump(values).replace("kube-prometheus-stack:", "kps:"),
+            "charts/dcgm-exporter-3.5.0.tgz": dcgm,
+            "charts/kube-prometheus-stack-62.6.0.tgz": kps,
+        },
+        "hami-webui",
+    )
+
+
+def test_every_image_of_the_chart_and_its_subcharts_with_its_shape_and_key() -> None:
+    blocks = image_blocks(open_chart(webui_like(), "webui"), "1.32.0")
+    found = {(b.key, b.registry, b.repository, b.tag, b.digest, b.shape, b.enabled, b.chart) for b in blocks}
+    assert found == {
+        ("image.frontend", "docker.io", "projecthami/hami-webui-fe-oss", "v1.3.0", DIGEST, "repository", True, ""),
+        ("image.backend", "docker.io", "projecthami/hami-webui-be-oss", "v1.3.0", OTHER, "repository", True, ""),
+        ("tools.image", "ghcr.io", "project-hami/tools", "v1", None, "string", True, ""),
+        # the host inside `repository`, the empty tag from the subchart's appVersion
+        (
+            "dcgm-exporter.image",
+            "nvcr.io",
+            "nvidia/k8s/dcgm-exporter",
+            "3.3.5-3.4.1",
+            None,
+            "repository",
+            True,
+            "dcgm-exporter",
+        ),
+        # under the alias, switched off by its condition, and its own subchart with it
+        (
+            "kps.prometheus.prometheusSpec.image",
+            "quay.io",
+            "prometheus/prometheus",
+            "v2.54.1",
+            None,
+            "block",
+            False,
+            "kps",
+        ),
+        ("kps.grafana.image", "docker.io", "grafana/grafana", "11.2.0", None, "block", False, "kps/grafana"),
+    }
+
+
+def test_the_users_values_switch_subcharts_and_move_registries_as_helm_would() -> None:
+    archive = open_chart(webui_like(), "webui")
+    overrides = {"kps": {"enabled": True, "grafana": {"enabled": False}}, "global": {"imageRegistry": "mirror.example"}}
+    blocks = {b.key: b for b in image_blocks(archive, "1.32.0", overrides)}
+    assert blocks["kps.prometheus.prometheusSpec.image"].enabled is True
+    assert blocks["kps.grafana.image"].enabled is False
+    # global.imageRegistry (the Bitnami convention) moves every block that has a registry key, only those
+    assert blocks["kps.prometheus.prometheusSpec.image"].registry == "mirror.example"
+    assert blocks["dcgm-exporter.image"].registry == "nvcr.io"
+
+
+def test_tags_switch_a_subchart_when_no_condition_decides() -> None:
+    sub = package(
+        {
+            "Chart.yaml": chart_yaml("extra", "1.0.0", "2.0.0"),
+            "values.yaml": "image: {repository: quay.io/x/y, tag: ''}\n",
+        },
+        "extra",
+    )
+    parent = package(
+        {
+            "Chart.yaml": chart_yaml("p", "1.0.0", "", [{"name": "extra", "tags": ["monitoring"]}]),
+            "values.yaml": "tags: {monitoring: false}\n",
+            "charts/extra-1.0.0.tgz": sub,
+        },
+        "p",
+    )
+    (block,) = image_blocks(open_chart(parent, "p"), "1.32.0")
+    assert (block.key, block.tag, block.enabled) == ("extra.image", "2.0.0", False)
+    (block,) = image_blocks(open_chart(parent, "p"), "1.32.0", {"tags": {"monitoring": True}})
+    assert block.enabled is True
+
+
+def test_nested_archives_share_one_bound() -> None:
+    inner = package({"Chart.yaml": chart_yaml("inner", "1.0.0"), "big.bin": bytes(600_000)}, "inner")
+    outer = package(
+        {"Chart.yaml": chart_yaml("outer", "1.0.0"), "big.bin": bytes(600_000), "charts/inner-1.0.0.tgz": inner},
+        "outer",
+    )
+    assert open_chart(outer, "outer").subcharts[0].name == "inner"
+    with pytest.raises(ChartError, match="with its subcharts"):
+        open_chart(outer, "outer", max_unpacked_bytes=1_000_000)
+
+
+def test_subcharts_nested_past_the_depth_bound_are_refused() -> None:
+    chart = package({"Chart.yaml": chart_yaml("c6", "1.0.0")}, "c6")
+    for depth in range(5, -1, -1):
+        chart = package(
+            {"Chart.yaml": chart_yaml(f"c{depth}", "1.0.0"), f"charts/c{depth + 1}-1.0.0.tgz": chart}, f"c{depth}"
+        )
+    with pytest.raises(ChartError, match="nested more than"):
+        open_chart(chart, "deep")
+
+
+def test_a_broken_nested_archive_names_where_it_sits() -> None:
+    outer = package({"Chart.yaml": chart_yaml("outer", "1.0.0"), "charts/inner-1.0.0.tgz": b"not gzip"}, "outer")
+    with pytest.raises(ChartError, match=r"outer charts/inner-1\.0\.0\.tgz: not a readable chart archive"):
+        open_chart(outer, "outer")
+
+
+TARGET = TargetSettings(name="t", registry="registry.cn-hangzhou.aliyuncs.com", namespace="ns")
+VPC = "registry-vpc.cn-hangzhou.aliyuncs.com"
+
+
+def test_each_block_is_written_back_in_its_own_shape() -> None:
+    archive = open_chart(webui_like(), "webui")
+    blocks = image_blocks(archive, "1.32.0")
+    rewritten = "sha256:" + "aa" * 32  # the frontend's index was rewritten at the target (attestations left out)
+    pointed = [
+        PointedBlock(b, flat_name(b.source, "docker.io"), digest=rewritten if b.key == "image.frontend" else None)
+        for b in blocks
+    ]
+    values = build_values(TARGET, pointed, {}, "acr-pull", pull_secret_paths(archive))
+    # no registry key: the repository carries the VPC host; the chart's own digest stays unless the copy's differs
+    assert values["image"]["frontend"] == {
+        "repository": f"{VPC}/ns/projecthami_hami-webui-fe-oss",
+        "digest": "sha256:" + "aa" * 32,
+    }
+    assert values["image"]["backend"] == {"repository": f"{VPC}/ns/projecthami_hami-webui-be-oss"}
+    assert values["dcgm-exporter"]["image"] == {"repository": f"{VPC}/ns/nvcr.io_nvidia_k8s_dcgm-exporter"}
+    assert values["kps"]["prometheus"]["prometheusSpec"]["image"] == {
+        "registry": VPC,
+        "repository": "ns/quay.io_prometheus_prometheus",
+    }
+    assert values["tools"]["image"] == f"{VPC}/ns/ghcr.io_project-hami_tools:v1"
+    # the pull secret reaches every place the charts take one
+    secrets = [{"name": "acr-pull"}]
+    assert values["global"]["imagePullSecrets"] == secrets and values["imagePullSecrets"] == secrets
+    assert values["dcgm-exporter"]["imagePullSecrets"] == secrets
+    # read back with the chart's defaults: every image now names the target
+    again = image_blocks(archive, "1.32.0", values)
+    assert {b.registry for b in again} == {VPC}
+
+
+def test_the_naming_rule() -> None:
+    hub = "docker.io"
+    assert flat_name(Repository.of(hub, "projecthami/hami"), hub) == "projecthami_hami"
+    assert flat_name(Repository.of(hub, "nginx"), hub) == "library_nginx"
+    assert flat_name(Repository.of("nvcr.io", "nvidia/k8s/dcgm-exporter"), hub) == "nvcr.io_nvidia_k8s_dcgm-exporter"
+    assert flat_name(Repository.of("127.0.0.1:5000", "a/b"), hub) == "127.0.0.1-5000_a_b"
+    assert flat_name(Repository.of("127.0.0.1:5000", "a/b"), "127.0.0.1:5000") == "a_b"
+    long = Repository.of("registry.k8s.io", "a" * 40 + "/" + "b" * 40)
+    other = Repository.of("registry.k8s.io", "a" * 40 + "/" + "b" * 39 + "c")
+    assert len(flat_name(long, hub)) == 64 and flat_name(long, hub) != flat_name(other, hub)
+    with pytest.raises(NameClash, match=r"a_b/c and .*a/b_c would both be copied to <namespace>/a_b_c"):
+        check_unique(
+            (source, flat_name(source, hub)) for source in (Repository.of(hub, "a_b/c"), Repository.of(hub, "a/b_c"))
+        )
+
+
+def test_the_proof_names_an_image_no_block_explains_with_its_template() -> None:
+    rendering = Rendering(
+        "test",
+        (
+            RenderedImage(f"{VPC}/ns/projecthami_hami-webui-fe-oss:v1.3.0@{DIGEST}", "templates/web.yaml"),
+            RenderedImage("busybox:1.36", "templates/init.yaml"),
+            RenderedImage("docker.io/projecthami/hami-webui-be-oss:v1.3.0", "templates/web.yaml"),
+        ),
+    )
+    verified = {f"{VPC}/ns/projecthami_hami-webui-fe-oss@{DIGEST}"}
+    proof = check_rendering(
+        rendering, verified, ["*.aliyuncs.com"], {"registry-1.docker.io/projecthami/hami-webui-be-oss"}
+    )
+    verdicts = {(i.reference, i.verdict, i.note) for i in proof.images}
+    assert (f"{VPC}/ns/projecthami_hami-webui-fe-oss:v1.3.0@{DIGEST}", "mirrored", "") in verdicts
+    assert ("busybox:1.36", NOT_MIRRORED, "no values block sets this image") in verdicts
+    assert ("docker.io/projecthami/hami-webui-be-oss:v1.3.0", NOT_MIRRORED, "") in verdicts
+    assert proof.failures()[0] == "busybox:1.36 (templates/init.yaml: no values block sets this image)"
