@@ -21,6 +21,7 @@ from mirror.chart.images import image_blocks
 
 Renderer = Literal["auto", "sdk", "binary", "values"]
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+FREE_FORM = ("data", "stringData", "binaryData", "annotations", "labels")
 HELM_TIMEOUT = 120.0
 
 
@@ -116,13 +117,17 @@ def _images(manifests: dict[str, str]) -> Iterator[RenderedImage]:
 
 
 def _container_images(node: Any) -> Iterator[str]:
+    """The images of every container list, and every other `image` field (a custom resource's `spec.image`,
+    such as a Prometheus the operator runs), outside free-form data (ConfigMaps, annotations, labels)."""
     if isinstance(node, dict):
         for key, child in node.items():
             if key in CONTAINER_LISTS and isinstance(child, list):
                 for container in child:
                     if isinstance(container, dict) and isinstance(container.get("image"), str):
                         yield container["image"]
-            else:
+            elif key == "image" and isinstance(child, str) and child.strip():
+                yield child
+            elif key not in FREE_FORM:
                 yield from _container_images(child)
     elif isinstance(node, list):
         for child in node:
