@@ -60,6 +60,15 @@ class RegistryAuth(httpx.Auth):
     def __repr__(self) -> str:
         return f"RegistryAuth(host={self.host!r})"
 
+    @classmethod
+    def anonymous(cls, host: str) -> RegistryAuth:
+        """For a host we were redirected to: its own token flow, never our credentials."""
+
+        async def no_credentials() -> None:
+            return None
+
+        return cls(host, no_credentials)
+
     async def credentials(self) -> Credentials | None:
         async with self._credentials_lock:
             if not self._credentials_loaded:

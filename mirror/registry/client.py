@@ -26,6 +26,7 @@ from mirror.registry.budget import PullBudget
 from mirror.registry.errors import IntegrityError, RegistryError, RegistryUnreachable, raise_for_response
 from mirror.registry.options import ClientOptions
 from mirror.registry.ratelimit import RateLimit, read_rate_limit
+from mirror.registry.redirects import Redirects
 from mirror.registry.transport import open_http_client
 
 log = logging.getLogger("mirror")
@@ -60,13 +61,15 @@ class BlobBody:
 
 
 class RegistryClient:
-    """Registry I/O for one host. Every method names the repository it acts on; nothing is cached here."""
+    """Registry I/O for one host. Every method names the repository it acts on; nothing is cached here but
+    the anonymous tokens of the hosts it is redirected to (redirects.py)."""
 
     def __init__(
         self, host: str, http: httpx.AsyncClient, chunk_size: int = 1024 * 1024, budget: PullBudget | None = None
     ) -> None:
         self.host = host
         self.http = http
+        self.redirects = Redirects(http)
         self.chunk_size = chunk_size
         self.budget = budget or PullBudget(floor=0, max_wait=0, poll_interval=1)
 
@@ -104,15 +107,37 @@ class RegistryClient:
         except httpx.TransportError as exc:
             raise RegistryUnreachable(action, where, exc) from exc
 
+    @asynccontextmanager
+    async def _follow(
+        self,
+        action: str,
+        where: str,
+        method: str,
+        url: str | httpx.URL,
+        headers: dict[str, str] | None = None,
+        any_location: bool = False,
+    ) -> AsyncIterator[httpx.Response]:
+        """A GET or HEAD that follows redirects to the registry API (`any_location`: anywhere, for blobs),
+        other hosts never getting our credentials: see redirects.py. The body is the caller's to read."""
+        try:
+            async with self.redirects.stream(action, where, method, url, headers, any_location) as response:
+                yield response
+        except httpx.TransportError as exc:
+            raise RegistryUnreachable(action, where, exc) from exc
+
+    async def _head(
+        self, action: str, where: str, url: str, headers: dict[str, str] | None = None, any_location: bool = False
+    ) -> httpx.Response:
+        async with self._follow(action, where, "HEAD", url, headers, any_location) as response:
+            return response  # a HEAD has no body: its headers outlive the connection
+
     # -- manifests ---------------------------------------------------------------------------------
 
     async def head_manifest(self, repository: str, ref: str) -> Descriptor | None:
         """The manifest's descriptor, or None when the registry does not have it. A HEAD is not a counted
         pull on Docker Hub, so this is the cheap way to learn a tag's digest."""
         where = self.where(repository, ref)
-        response = await self._send(
-            "resolve", where, "HEAD", f"/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT}
-        )
+        response = await self._head("resolve", where, f"/v2/{repository}/manifests/{ref}", {"Accept": MANIFEST_ACCEPT})
         self._note_rate_limit(response)
         if response.status_code == 404:
             return None
@@ -139,19 +164,16 @@ class RegistryClient:
                 self.budget.spent()
 
     async def _get_manifest(self, repository: str, ref: str, where: str) -> Manifest:
-        try:
-            async with self.http.stream(
-                "GET", f"/v2/{repository}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT}
-            ) as response:
-                self._note_rate_limit(response)
-                await raise_for_response(response, "fetch manifest", where)
-                raw = bytearray()
-                async for chunk in response.aiter_bytes():
-                    raw += chunk
-                    if len(raw) > MAX_MANIFEST_BYTES:
-                        raise RegistryError("fetch manifest", where, response.status_code, "", "manifest too large")
-        except httpx.TransportError as exc:
-            raise RegistryUnreachable("fetch manifest", where, exc) from exc
+        url = f"/v2/{repository}/manifests/{ref}"
+        async with self._follow("fetch manifest", where, "GET", url, {"Accept": MANIFEST_ACCEPT}) as response:
+            self._note_rate_limit(response)
+            await raise_for_response(response, "fetch manifest", where)
+            raw = bytearray()
+            async for chunk in response.aiter_bytes():
+                raw += chunk
+                if len(raw) > MAX_MANIFEST_BYTES:
+                    raise RegistryError("fetch manifest", where, response.status_code, "", "manifest too large")
+        # the last hop's answer: a redirected manifest is checked like any other
         expected = ref if is_valid_digest(ref) else response.headers.get("Docker-Content-Digest") or None
         try:
             return Manifest.parse(bytes(raw), response.headers.get("Content-Type"), expected)
@@ -206,9 +228,7 @@ class RegistryClient:
     async def head_blob(self, repository: str, digest: str) -> int | None:
         """The blob's size, or None when the repository does not have it."""
         where = self.where(repository, digest)
-        response = await self._send(
-            "check blob", where, "HEAD", f"/v2/{repository}/blobs/{digest}", follow_redirects=True
-        )
+        response = await self._head("check blob", where, f"/v2/{repository}/blobs/{digest}", any_location=True)
         if response.status_code == 404:
             return None
         await raise_for_response(response, "check blob", where)
@@ -224,14 +244,11 @@ class RegistryClient:
         headers = {"Accept-Encoding": "identity"}
         if start:
             headers["Range"] = f"bytes={start}-"
-        try:
-            url = f"/v2/{repository}/blobs/{digest}"
-            async with self.http.stream("GET", url, headers=headers, follow_redirects=True) as response:
-                await raise_for_response(response, "fetch blob", where)
-                served_from = start if start and response.status_code == 206 else 0
-                yield BlobBody(response.aiter_bytes(self.chunk_size), served_from)
-        except httpx.TransportError as exc:
-            raise RegistryUnreachable("fetch blob", where, exc) from exc
+        url = f"/v2/{repository}/blobs/{digest}"
+        async with self._follow("fetch blob", where, "GET", url, headers, any_location=True) as response:
+            await raise_for_response(response, "fetch blob", where)
+            served_from = start if start and response.status_code == 206 else 0
+            yield BlobBody(response.aiter_bytes(self.chunk_size), served_from)
 
     async def read_blob(self, repository: str, descriptor: Descriptor) -> bytes:
         """A small blob's bytes (a chart, a config), read up to its descriptor's size and checked against its
@@ -338,17 +355,14 @@ class RegistryClient:
     ) -> tuple[bytes, httpx.Response]:
         """GET a small document, refusing bodies over `limit` bytes; returns the body and the response (its
         headers: the content type, the next-page link)."""
-        try:
-            async with self.http.stream("GET", url, headers=headers) as response:
-                await raise_for_response(response, action, where)
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        raise RegistryError(action, where, response.status_code, "", f"answer over {limit} bytes")
-                return bytes(body), response
-        except httpx.TransportError as exc:
-            raise RegistryUnreachable(action, where, exc) from exc
+        async with self._follow(action, where, "GET", url, headers) as response:
+            await raise_for_response(response, action, where)
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise RegistryError(action, where, response.status_code, "", f"answer over {limit} bytes")
+            return bytes(body), response
 
     # -- tags --------------------------------------------------------------------------------------
 
@@ -366,5 +380,5 @@ class RegistryClient:
                 raise RegistryError("list tags", where, 200, "", f"not a tag list: {exc}") from exc
             if not next_link:
                 return tags
-            url = self.http.base_url.join(next_link)
+            url = response.url.join(next_link)  # relative to the page that named it, wherever that was
         raise RegistryError("list tags", where, 200, "", f"more than {MAX_TAG_PAGES} pages")

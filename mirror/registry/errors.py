@@ -63,6 +63,8 @@ async def raise_for_response(response: httpx.Response, action: str, where: str) 
                 if len(body) >= MAX_ERROR_BODY:
                     break
     code, message = parse_error_body(body)
-    if response.is_redirect:  # a web site, not a registry API (e.g. docker.io instead of registry-1.docker.io)
+    # Redirects to the registry API were followed (redirects.py): this one leads to a web site, e.g. docker.io
+    # instead of registry-1.docker.io.
+    if response.is_redirect:
         message = f"redirected to {response.headers.get('Location', '?')}: not a registry API endpoint"
     raise RegistryError(action, where, response.status_code, code, message)
