@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -185,12 +186,12 @@ def hami_chart(registry: str, version: str = "2.10.0") -> bytes:
 
 @dataclass
 class ChartRepository:
-    """A classic Helm repository: `index.yaml` and the `.tgz` files, served over HTTP."""
+    """A classic Helm repository: `index.yaml` and the `.tgz` files, served over HTTP at `url`."""
 
     charts: dict[str, bytes] = field(default_factory=dict)  # file name -> bytes
     digests: dict[str, str] = field(default_factory=dict)  # file name -> the digest the index claims
     versions: dict[str, tuple[str, str]] = field(default_factory=dict)  # file name -> (chart, version)
-    requests: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)  # the paths asked of this repository
     url: str = ""
 
     def add(self, name: str, version: str, raw: bytes, claimed_digest: str | None = None) -> None:
@@ -207,23 +208,53 @@ class ChartRepository:
             )
         return yaml.safe_dump({"apiVersion": "v1", "entries": entries}).encode()
 
+    def body(self, file_name: str) -> bytes | None:
+        return self.index() if file_name == "index.yaml" else self.charts.get(file_name)
+
+
+@dataclass
+class ChartServer:
+    """One web server holding several classic repositories, each at its own base path (as
+    `https://project-hami.github.io` serves `/HAMi/` and `/HAMi-WebUI/`)."""
+
+    origin: str = ""  # scheme://host[:port], as clients reach it
+    repositories: dict[str, ChartRepository] = field(default_factory=dict)  # base path ("/HAMi") -> repository
+    requests: list[str] = field(default_factory=list)  # every path asked, in order, answered or not
+
+    def repository(self, base_path: str) -> ChartRepository:
+        """The repository at `base_path` (created empty the first time)."""
+        path = "/" + base_path.strip("/")
+        if path not in self.repositories:
+            self.repositories[path] = ChartRepository(url=self.origin + path.rstrip("/"))
+        return self.repositories[path]
+
+    def route(self, path: str) -> tuple[ChartRepository, str] | None:
+        """The repository a request path belongs to and the file it asks for; None for anything else."""
+        base, _, file_name = path.split("?", 1)[0].rpartition("/")
+        repository = self.repositories.get(base or "/")
+        return (repository, file_name) if repository is not None and file_name else None
+
 
 @contextmanager
-def chart_repository(
-    address: tuple[str, int] = ("127.0.0.1", 0), tls: ssl.SSLContext | None = None, base_url: str | None = None
-) -> Iterator[ChartRepository]:
-    """Serve a chart repository from a background thread: on a free loopback port, or at `address` (over TLS
-    when a server context is given, reached as `base_url`)."""
-    repository = ChartRepository()
+def chart_server(
+    address: tuple[str, int] = ("127.0.0.1", 0), tls: ssl.SSLContext | None = None, origin: str | None = None
+) -> Iterator[ChartServer]:
+    """Serve chart repositories from a background thread: on a free loopback port, or at `address` (over TLS
+    when a server context is given, reached as `origin`). Add repositories with `server.repository(path)`."""
+    served = ChartServer()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def do_GET(self) -> None:
-            repository.requests.append(self.path)
-            name = self.path.rsplit("/", 1)[-1]
-            body = repository.index() if name == "index.yaml" else repository.charts.get(name)
+            served.requests.append(self.path)
+            found = served.route(self.path)
+            body = None
+            if found is not None:
+                repository, file_name = found
+                repository.requests.append(self.path)
+                body = repository.body(file_name)
             if body is None:
                 self.send_response(404)
                 self.send_header("Content-Length", "0")
@@ -240,9 +271,23 @@ def chart_repository(
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    repository.url = base_url or f"http://127.0.0.1:{server.server_address[1]}/charts"
+    served.origin = origin or f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        yield repository
+        yield served
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def chart_repository(
+    address: tuple[str, int] = ("127.0.0.1", 0), tls: ssl.SSLContext | None = None, base_url: str | None = None
+) -> Iterator[ChartRepository]:
+    """One repository on its own server: on a free loopback port at `/charts`, or at `address` (over TLS when a
+    server context is given, reached as `base_url`)."""
+    origin, path = None, "/charts"
+    if base_url is not None:
+        parts = urlsplit(base_url)
+        origin, path = f"{parts.scheme}://{parts.netloc}", parts.path or "/"
+    with chart_server(address, tls, origin) as server:
+        yield server.repository(path)

@@ -1,0 +1,241 @@
+"""The whole HAMi install's registries at their real names (tests/realnames.py with `--whole-install`): nvcr.io,
+quay.io and ghcr.io behind same-host token realms, registry.k8s.io redirecting to its Artifact Registry host, and
+HAMi-WebUI's chart repository beside HAMi's. These tests prove the world itself, with plain HTTP requests made
+inside its namespace; mirror's own client is for the tests of the engine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from mirror.oci import MANIFEST_ACCEPT
+from tests.realnames import (
+    AR_HOST,
+    GHCR_IMAGE,
+    GHCR_REALM,
+    NGC_API_KEY,
+    NGC_USER,
+    NVCR_PRIVATE,
+    NVCR_REALM,
+    QUAY_REALM,
+)
+from tests.test_realnames import ROOT, World
+from tests.test_samplewebui import EVERYTHING_ON, everything_run
+
+DCGM = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.7-3.5.0-ubuntu22.04"
+PROMETHEUS = "quay.io/prometheus/prometheus:v2.54.1"
+TOOLS = f"ghcr.io/{GHCR_IMAGE[0]}:{GHCR_IMAGE[1]}"
+PRIVATE = f"nvcr.io/{NVCR_PRIVATE[0]}:{NVCR_PRIVATE[1]}"
+KSM_PATH = "/v2/kube-state-metrics/kube-state-metrics/manifests/v2.13.0"
+
+
+@pytest.fixture
+def whole_world(tmp_path: Path) -> Iterator[World]:
+    """The real-names world with the whole install's registries and charts (`--whole-install`)."""
+    directory = tmp_path / "world"
+    log = (tmp_path / "world.log").open("wb")
+    command = ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tests.realnames", str(directory)]
+    process = subprocess.Popen([*command, "--whole-install"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    deadline = time.monotonic() + 60
+    while not (directory / "ready.json").exists():
+        assert process.poll() is None, (tmp_path / "world.log").read_text()
+        assert time.monotonic() < deadline, "the world did not start"
+        time.sleep(0.1)
+    running = World(directory, process, json.loads((directory / "ready.json").read_text()))
+    yield running
+    running.stop()
+
+
+def inside(world: World, function: str, *args: str) -> Any:
+    """`function(*args)` of this module, run inside the world's namespaces (its names, its CA); its JSON answer."""
+    code = (
+        f"import json, sys\nfrom tests.test_whole_install import {function} as f\nprint(json.dumps(f(*sys.argv[1:])))"
+    )
+    command = ["nsenter", "--target", str(world.ready["pid"]), "--net", "--mount", "--"]
+    command += ["sh", "-c", 'cd "$0" && exec "$@"', str(ROOT), sys.executable, "-c", code, *args]
+    environment = {**os.environ, "SSL_CERT_FILE": world.ready["ca"]}
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+# --- what runs inside the namespace ---------------------------------------------------------------------------
+
+
+def _split(reference: str) -> tuple[str, str, str]:
+    """(API URL base, repository, tag or digest); Docker Hub's bare and docker.io names go to its API host."""
+    name, at, digest = reference.partition("@")
+    if not at:
+        name, _, digest = reference.rpartition(":")
+    host, _, repository = name.partition("/")
+    if "." not in host and ":" not in host:
+        host, repository = "docker.io", name
+    host = "registry-1.docker.io" if host == "docker.io" else host
+    return f"https://{host}", repository, digest
+
+
+def _pull(
+    client: httpx.Client, method: str, url: str, credentials: tuple[str, str] | None = None
+) -> tuple[httpx.Response, list[dict[str, Any]]]:
+    """A registry request with the bearer dance, following redirects by hand (no Authorization across hosts);
+    the answer and every hop as (url, status, challenge)."""
+    hops: list[dict[str, Any]] = []
+    headers = {"Accept": MANIFEST_ACCEPT}
+    for _ in range(4):
+        response = client.request(method, url, headers=headers)
+        challenge = response.headers.get("WWW-Authenticate", "")
+        hops.append({"url": url, "status": response.status_code, "challenge": challenge})
+        if response.status_code == 401 and challenge.startswith("Bearer ") and "Authorization" not in headers:
+            params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+            query = {k: v for k, v in params.items() if k in ("service", "scope")}
+            answer = client.get(params["realm"], params=query, auth=credentials)
+            headers = {**headers, "Authorization": f"Bearer {answer.json()['token']}"}
+        elif response.status_code in (301, 302, 307, 308):
+            url = response.headers["Location"]
+            headers = {"Accept": MANIFEST_ACCEPT}  # a new host: start again, anonymously
+        else:
+            return response, hops
+    raise AssertionError(f"too many hops: {hops}")
+
+
+def probe_registries(*references: str) -> dict[str, Any]:
+    """Anonymous manifest HEADs of each reference, and the private nvcr.io image with and without the API key."""
+    with httpx.Client(timeout=30) as client:
+        found: dict[str, Any] = {}
+        for reference in references:
+            base, repository, ref = _split(reference)
+            response, hops = _pull(client, "HEAD", f"{base}/v2/{repository}/manifests/{ref}")
+            found[reference] = {
+                "status": response.status_code,
+                "digest": response.headers.get("Docker-Content-Digest"),
+                "hops": hops,
+            }
+        base, repository, tag = _split(PRIVATE)
+        url = f"{base}/v2/{repository}/manifests/{tag}"
+        anonymous, _ = _pull(client, "HEAD", url)
+        keyed, _ = _pull(client, "HEAD", url, (NGC_USER, NGC_API_KEY))
+        found["private"] = {
+            "anonymous": anonymous.status_code,
+            "with key": keyed.status_code,
+            "digest": keyed.headers.get("Docker-Content-Digest"),
+        }
+        return found
+
+
+def probe_blob_and_redirects() -> dict[str, Any]:
+    """A dcgm-exporter layer read through nvcr.io's front (and hashed); registry.k8s.io's answers; and a naive
+    client that carries its Authorization header across registry.k8s.io's redirect."""
+    with httpx.Client(timeout=30) as client:
+        base, repository, tag = _split(DCGM)
+        index, _ = _pull(client, "GET", f"{base}/v2/{repository}/manifests/{tag}")
+        child = index.json()["manifests"][0]["digest"]
+        manifest, _ = _pull(client, "GET", f"{base}/v2/{repository}/manifests/{child}")
+        layer = manifest.json()["layers"][-1]
+        blob, _ = _pull(client, "GET", f"{base}/v2/{repository}/blobs/{layer['digest']}")
+        version = client.get("https://registry.k8s.io/v2/")
+        redirect = client.head(f"https://registry.k8s.io{KSM_PATH}")
+        blob_redirect = client.get("https://registry.k8s.io/v2/kube-state-metrics/kube-state-metrics/blobs/sha256:ab")
+        leak = {"Authorization": "Basic bmFpdmU6Y2xpZW50"}
+        client.head(f"https://registry.k8s.io{KSM_PATH}", headers=leak)
+        client.head(redirect.headers["Location"], headers=leak)
+        return {
+            "layer": {"sha256": "sha256:" + hashlib.sha256(blob.content).hexdigest(), "size": len(blob.content)},
+            "expected": {"sha256": layer["digest"], "size": layer["size"]},
+            "v2": {"status": version.status_code, "api": version.headers.get("Docker-Distribution-Api-Version")},
+            "manifest": {"status": redirect.status_code, "location": redirect.headers.get("Location")},
+            "blob": {"status": blob_redirect.status_code, "location": blob_redirect.headers.get("Location")},
+        }
+
+
+def fetch_webui_chart(directory: str) -> dict[str, Any]:
+    """HAMi-WebUI's repository index and its newest chart (written to `directory`, checked against the index)."""
+    with httpx.Client(timeout=30) as client:
+        index = yaml.safe_load(client.get("https://project-hami.github.io/HAMi-WebUI/index.yaml").content)
+        hami = yaml.safe_load(client.get("https://project-hami.github.io/HAMi/index.yaml").content)
+        entries = sorted(index["entries"]["hami-webui"], key=lambda e: tuple(map(int, e["version"].split("."))))
+        newest = entries[-1]
+        raw = client.get(f"https://project-hami.github.io/HAMi-WebUI/{newest['urls'][0]}").content
+        (Path(directory) / "hami-webui.tgz").write_bytes(raw)
+        return {
+            "versions": [e["version"] for e in entries],
+            "digest ok": hashlib.sha256(raw).hexdigest() == newest["digest"],
+            "hami versions": sorted(e["version"] for e in hami["entries"]["hami"]),
+        }
+
+
+# --- the tests ------------------------------------------------------------------------------------------------
+
+
+def test_the_new_registries_answer_anonymous_pulls_with_the_seeded_digests(whole_world: World) -> None:
+    seeded = whole_world.ready["image_digests"]
+    found = inside(whole_world, "probe_registries", DCGM, PROMETHEUS, TOOLS)
+    for reference in (DCGM, PROMETHEUS, TOOLS):
+        assert found[reference]["status"] == 200, found[reference]
+        assert found[reference]["digest"] == seeded[reference]
+    # nvcr.io's challenge names no service; quay.io's and ghcr.io's do
+    assert found[DCGM]["hops"][0]["challenge"] == (
+        f'Bearer realm="{NVCR_REALM}",scope="repository:nvidia/k8s/dcgm-exporter:pull"'
+    )
+    assert 'service="quay.io"' in found[PROMETHEUS]["hops"][0]["challenge"]
+    assert 'realm="https://ghcr.io/token",service="ghcr.io"' in found[TOOLS]["hops"][0]["challenge"]
+    assert found["private"] == {"anonymous": 401, "with key": 200, "digest": seeded[PRIVATE]}
+
+    other = inside(whole_world, "probe_blob_and_redirects")
+    assert other["layer"] == other["expected"]  # streamed through the front intact
+    assert other["v2"] == {"status": 200, "api": "registry/2.0"}
+    assert other["manifest"] == {
+        "status": 307,
+        "location": f"https://{AR_HOST}/v2/k8s-artifacts-prod/images{KSM_PATH[3:]}",
+    }
+    assert other["blob"]["status"] == 307
+    assert other["blob"]["location"].startswith(f"https://{AR_HOST}/v2/k8s-artifacts-prod/images/kube-state")
+
+    summary = whole_world.stop()
+    tokens = summary["realm_tokens"]
+    assert {(t["user"], t["service"], tuple(t["scopes"])) for t in tokens[NVCR_REALM]} == {
+        (None, None, ("repository:nvidia/k8s/dcgm-exporter:pull",)),
+        (None, None, (f"repository:{NVCR_PRIVATE[0]}:pull",)),
+        (NGC_USER, None, (f"repository:{NVCR_PRIVATE[0]}:pull",)),
+    }
+    assert {(t["user"], t["service"]) for t in tokens[QUAY_REALM]} == {(None, "quay.io")}
+    assert [t["scopes"] for t in tokens[GHCR_REALM]] == [[f"repository:{GHCR_IMAGE[0]}:pull"]]
+    # only the naive client's header reached either redirect host; the bearer dance at the Artifact Registry
+    # host used that host's own tokens, which are not counted as leaks
+    assert summary["redirect_authorization"] == {
+        "registry.k8s.io": [KSM_PATH],
+        AR_HOST: [f"/v2/k8s-artifacts-prod/images{KSM_PATH[3:]}"],
+    }
+
+
+def test_every_image_the_served_webui_chart_runs_is_at_its_registry(tmp_path: Path, whole_world: World) -> None:
+    """HAMi-WebUI's repository beside HAMi's; its newest chart, rendered by Helm with every part on, runs only
+    images this world holds, each answering with the digest seeded (or pinned) for it."""
+    fetched = inside(whole_world, "fetch_webui_chart", str(tmp_path))
+    assert fetched == {"versions": ["1.2.0", "1.3.0"], "digest ok": True, "hami versions": ["2.10.0", "2.5.0", "2.9.0"]}
+    run = everything_run((tmp_path / "hami-webui.tgz").read_bytes(), EVERYTHING_ON)
+    webui, seeded = whole_world.ready["webui_digests"], whole_world.ready["image_digests"]
+    assert f"projecthami/hami-webui-fe-oss@{webui['projecthami/hami-webui-fe-oss:v1.3.0']}" in run  # pinned
+    assert len(run) == 9
+    found = inside(whole_world, "probe_registries", *run)
+    for reference in run:
+        assert found[reference]["status"] == 200, (reference, found[reference])
+        pin = reference.partition("@")[2]
+        assert found[reference]["digest"] == (pin or seeded[reference]), reference
+    ksm = found["registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.13.0"]["hops"]
+    assert [hop["status"] for hop in ksm] == [307, 401, 200]  # redirected, then the Artifact Registry's own flow
+    summary = whole_world.stop()
+    assert summary["webui_chart_requests"] == ["/HAMi-WebUI/index.yaml", "/HAMi-WebUI/hami-webui-1.3.0.tgz"]
+    assert summary["redirect_authorization"] == {"registry.k8s.io": [], AR_HOST: []}
