@@ -43,6 +43,7 @@ class ImageBlock:
     digest: str | None = None
     shape: Shape = "block"
     tag_from_kube_version: bool = False  # the chart takes it from .Capabilities.KubeVersion
+    tag_inferred: bool = False  # empty in the values: taken from global.imageTag or appVersion (tags.py checks)
     enabled: bool = True  # False: it sits in a subchart that is off with the chart's default values
     chart: str = ""  # the subchart holding it ("dcgm-exporter", "kube-prometheus-stack/grafana"); "" for the chart
 
@@ -116,6 +117,32 @@ def _dependencies(chart: ChartArchive, values: dict[str, Any], tags: Any) -> Ite
             yield subchart, str(entry.get("alias") or subchart.name), _enabled(entry, values, tags)
 
 
+def every_subchart_on(chart: ChartArchive) -> dict[str, Any]:
+    """Values that switch on every subchart, at any depth: each one's first condition set true, every tag
+    true. Rendered with them, a chart shows what each of its images really resolves to."""
+    on: dict[str, Any] = {}
+    tags: dict[str, bool] = {}
+    _switch_on(chart, (), on, tags)
+    return deep_merge(on, {"tags": tags}) if tags else on
+
+
+def _switch_on(chart: ChartArchive, prefix: tuple[str, ...], on: dict[str, Any], tags: dict[str, bool]) -> None:
+    values = _values(chart)
+    for subchart, key, _ in _dependencies(chart, values, None):
+        entry = next((d for d in chart.dependencies() if str(d.get("alias") or d["name"]) == key), {})
+        condition = str(entry.get("condition") or "").split(",")[0].strip()
+        if condition:
+            node: Any = on
+            *parents, leaf = (*prefix, *condition.split("."))
+            for part in parents:
+                node = node.setdefault(part, {}) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node[leaf] = True
+        wanted = entry.get("tags")
+        tags.update({str(tag): True for tag in wanted} if isinstance(wanted, list) else {})
+        _switch_on(subchart, (*prefix, key), on, tags)
+
+
 def _enabled(entry: dict[str, Any], values: dict[str, Any], tags: Any) -> bool:
     for condition in str(entry.get("condition") or "").split(","):
         value = _lookup(values, condition.strip())
@@ -160,7 +187,7 @@ class _Scope:
         else:
             registry, shape = "", "repository"
         if not registry:
-            registry, repository = _split_host(repository)
+            registry, repository = split_host(repository)
         digest = _text(node.get("digest")) or None
         if digest is not None and not is_valid_digest(digest):
             return None  # not a digest a node could pull by
@@ -168,7 +195,8 @@ class _Scope:
         from_kube = not tag and repository.rsplit("/", 1)[-1] == "kube-scheduler"
         if from_kube:
             tag = kube_tag(self.kube_version)
-        if not tag and digest is None:
+        inferred = not tag and digest is None
+        if inferred:
             tag = _text(self.global_values.get("imageTag")) or self.app_version
         if (tag and not is_valid_tag(tag)) or not (tag or digest):
             return None  # nothing the chart could pull with: not an image block
@@ -176,7 +204,7 @@ class _Scope:
             Repository.of(registry, repository)
         except ReferenceError:
             return None
-        return ImageBlock(path, registry, repository, tag, digest, shape, from_kube)
+        return ImageBlock(path, registry, repository, tag, digest, shape, from_kube, inferred)
 
     def _string(self, path: tuple[str, ...], text: str) -> ImageBlock | None:
         name, at, digest = text.strip().partition("@")
@@ -186,7 +214,7 @@ class _Scope:
             return None  # no tag or digest: a name, not something a node pulls
         if (at and not is_valid_digest(digest)) or (tag and not is_valid_tag(tag)):
             return None
-        registry, repository = _split_host(name[: len(name) - len(last)] + last.split(":", 1)[0])
+        registry, repository = split_host(name[: len(name) - len(last)] + last.split(":", 1)[0])
         try:
             Repository.of(registry, repository)
         except ReferenceError:
@@ -194,7 +222,7 @@ class _Scope:
         return ImageBlock(path, registry, repository, tag, digest or None, "string")
 
 
-def _split_host(repository: str) -> tuple[str, str]:
+def split_host(repository: str) -> tuple[str, str]:
     """`nvcr.io/nvidia/k8s/dcgm-exporter` -> (nvcr.io, nvidia/k8s/dcgm-exporter); a name with no host is Docker
     Hub's, as docker reads it."""
     first, _, rest = repository.partition("/")

@@ -6,6 +6,7 @@ in-process or as a subprocess): callers run it in a thread."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import tempfile
@@ -17,12 +18,14 @@ from typing import Any, Literal
 import yaml
 
 from mirror.chart.archive import ChartArchive, ChartError
-from mirror.chart.images import image_blocks
+from mirror.chart.images import every_subchart_on, image_blocks
+from mirror.chart.merge import deep_merge
 
 Renderer = Literal["auto", "sdk", "binary", "values"]
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 FREE_FORM = ("data", "stringData", "binaryData", "annotations", "labels")
 HELM_TIMEOUT = 120.0
+log = logging.getLogger("mirror")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,29 @@ def render_images(
     if prefer == "binary":
         raise ChartError("renderer 'binary' asked for, but there is no helm on PATH")
     return _render_values(archive, values, request)
+
+
+def render_install(
+    archive: ChartArchive, values: dict[str, Any], request: RenderRequest, prefer: Renderer, every_subchart: bool
+) -> Rendering:
+    """The chart rendered with the values; with `every_subchart`, rendered again with every subchart switched
+    on and the images only that render shows added (their source marked), so a proof covers turning a
+    subchart on later. A subchart that will not render switched on by itself is passed over with a warning."""
+    first = render_images(archive, values, request, prefer)
+    if not every_subchart:
+        return first
+    try:
+        second = render_images(archive, deep_merge(values, every_subchart_on(archive)), request, prefer)
+    except ChartError as exc:
+        log.warning("chart %s %s: not rendered with every subchart on: %s", archive.name, archive.version, exc)
+        return first
+    seen = {image.reference for image in first.images}
+    extra = tuple(
+        RenderedImage(image.reference, f"{image.source} (every subchart on)")
+        for image in second.images
+        if image.reference not in seen
+    )
+    return Rendering(first.renderer, first.images + extra)
 
 
 def _sdk_available() -> bool:

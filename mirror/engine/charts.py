@@ -4,13 +4,19 @@ to open stops the run with one line, and nothing is written."""
 
 from __future__ import annotations
 
+import asyncio
+
 from mirror.chart.archive import ChartArchive, ChartError
+from mirror.chart.images import image_blocks
+from mirror.chart.render import RenderRequest
 from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, published_versions
+from mirror.chart.tags import resolve_tags
 from mirror.engine.clients import Clients, retry_policy
-from mirror.engine.jobs import InstallCharts
+from mirror.engine.jobs import FetchedChart, InstallCharts, install_spec, release_spec
 from mirror.registry import RegistryClient
 from mirror.release import VersionError, chart_version, normalise_version, version_key
 from mirror.settings import NEWEST, InstallChartSettings, MirrorSettings
+from mirror.values import ChartSpec
 
 
 def chart_location(settings: MirrorSettings) -> ChartLocation:
@@ -29,13 +35,30 @@ def _client(location: ChartLocation, clients: Clients) -> RegistryClient | None:
 
 
 async def fetch_install_charts(settings: MirrorSettings, versions: list[str], clients: Clients) -> InstallCharts:
+    """Every chart of the install, each read for its images (`FetchedChart`)."""
     if settings.chart is None:
         return InstallCharts()
     location = chart_location(settings)
     limits = fetch_limits(settings)
     charts = await fetch_charts(location, [chart_version(v) for v in versions], limits, _client(location, clients))
-    others = [await _fetch_other(chart, limits, clients) for chart in settings.charts]
-    return InstallCharts({version: charts[chart_version(version)] for version in versions}, tuple(others))
+    release = {v: await read_chart(settings, release_spec(settings), charts[chart_version(v)]) for v in versions}
+    others = []
+    for chart in settings.charts:
+        others.append(
+            await read_chart(settings, install_spec(settings, chart), await _fetch_other(chart, limits, clients))
+        )
+    return InstallCharts(release, tuple(others))
+
+
+async def read_chart(settings: MirrorSettings, spec: ChartSpec, archive: ChartArchive) -> FetchedChart:
+    """The chart's image references with the user's values for it layered on, each empty tag as Helm resolves
+    it (`chart/tags.py`, in a thread: Helm runs in-process)."""
+    assert settings.chart is not None
+    overrides = dict(spec.extra)
+    blocks = image_blocks(archive, settings.chart.kube_version, overrides)
+    request = RenderRequest(spec.release, spec.namespace, settings.chart.kube_version)
+    resolved = await asyncio.to_thread(resolve_tags, archive, blocks, request, settings.chart.renderer, overrides)
+    return FetchedChart(archive, tuple(resolved))
 
 
 async def _fetch_other(chart: InstallChartSettings, limits: FetchLimits, clients: Clients) -> ChartArchive:

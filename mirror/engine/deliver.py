@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from mirror.chart.images import pull_secret_paths
 from mirror.chart.proof import Proof, check_rendering
 from mirror.chart.publish import publish_chart
-from mirror.chart.render import RenderRequest, render_images
+from mirror.chart.render import RenderRequest, render_install
 from mirror.engine.jobs import ChartJob, ImageUse, ReleaseJob
 from mirror.reference import ReferenceError, parse
 from mirror.registry import RegistryClient
@@ -89,7 +89,10 @@ async def deliver(
     if chart.archive is not None and settings.chart is not None:
         spec = chart.spec
         request = RenderRequest(spec.release, spec.namespace, settings.chart.kube_version)
-        rendering = await asyncio.to_thread(render_images, chart.archive, values, request, settings.chart.renderer)
+        every_subchart = any(not use.block.enabled for use in chart.uses)  # their images mirrored: prove them too
+        rendering = await asyncio.to_thread(
+            render_install, chart.archive, values, request, settings.chart.renderer, every_subchart
+        )
         named = {str(use.block.source) for use in chart.uses} | {str(b.source) for b in chart.unmirrored}
         verified = verified_references(job, {i: o for i, o in outcomes.items() if i in chart.copies}, target)
         proof = check_rendering(rendering, verified, settings.chart.allowed_registries, named)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from mirror import hami
 from mirror.chart.archive import ChartArchive
-from mirror.chart.images import ImageBlock, image_blocks
+from mirror.chart.images import ImageBlock
 from mirror.naming import check_unique, flat_name
 from mirror.reference import Repository, api_host
 from mirror.release import chart_version, normalise_version
@@ -103,12 +103,20 @@ class ReleaseJob:
 
 
 @dataclass(frozen=True)
+class FetchedChart:
+    """A chart as fetched and read: its archive and every image reference it and its subcharts can run."""
+
+    archive: ChartArchive = field(repr=False)
+    blocks: tuple[ImageBlock, ...]
+
+
+@dataclass(frozen=True)
 class InstallCharts:
     """The charts a run fetched: the release chart per release version, and each `charts:` entry (fetched
     once per run: pinned, or its newest version)."""
 
-    release: Mapping[str, ChartArchive] = field(default_factory=dict)
-    others: tuple[ChartArchive, ...] = ()
+    release: Mapping[str, FetchedChart] = field(default_factory=dict)
+    others: tuple[FetchedChart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +182,9 @@ def _release_job(
 ) -> ReleaseJob:
     copies: dict[_Copy, int] = {}
     chart_jobs = [_release_chart_job(settings, version, charts.release.get(version), copies)]
-    for chart, archive in zip(settings.charts, charts.others, strict=True):
+    for chart, fetched in zip(settings.charts, charts.others, strict=True):
         spec = install_spec(settings, chart)
-        chart_jobs.append(_chart_job(settings, spec, archive, _blocks(settings, spec, archive), copies))
+        chart_jobs.append(_chart_job(settings, spec, fetched.archive, list(fetched.blocks), copies))
     check_unique((copy.source, copy.name) for copy in copies)
     images = tuple(
         ImageJob(
@@ -192,12 +200,13 @@ def _release_job(
 
 
 def _release_chart_job(
-    settings: MirrorSettings, version: str, archive: ChartArchive | None, copies: dict[_Copy, int]
+    settings: MirrorSettings, version: str, fetched: FetchedChart | None, copies: dict[_Copy, int]
 ) -> ChartJob:
     """HAMi's chart: its blocks (or, with no chart configured, HAMi's known keys); configured `images:` take
     the blocks of their repository, and the rest of the chart's blocks are left where they are."""
     spec = release_spec(settings)
-    blocks = _blocks(settings, spec, archive) if archive is not None else hami.default_install_blocks(version)
+    archive = fetched.archive if fetched is not None else None
+    blocks = list(fetched.blocks) if fetched is not None else hami.default_install_blocks(version)
     if not settings.images:
         return _chart_job(settings, spec, archive, blocks, copies, chart_version(version))
     uses = []
@@ -236,11 +245,6 @@ def _chart_job(
         uses.append(ImageUse(block, copy, block.tag if block.tag_from_kube_version else None))
     chart_version_ = version or (archive.version if archive is not None else "")
     return ChartJob(spec, chart_version_, archive, tuple(uses))
-
-
-def _blocks(settings: MirrorSettings, spec: ChartSpec, archive: ChartArchive) -> list[ImageBlock]:
-    assert settings.chart is not None
-    return image_blocks(archive, settings.chart.kube_version, dict(spec.extra))
 
 
 def _index(copies: dict[_Copy, int], copy: _Copy) -> int:

@@ -1,0 +1,68 @@
+"""Empty image tags as the templates really resolve them. A block whose values leave the tag empty gets one from
+the template: HAMi's from `global.imageTag`, dcgm-exporter's from the chart's appVersion, kube-state-metrics'
+from `v` + appVersion. `images.py` guesses the first two; real Helm knows. So the chart is rendered once with
+its default values and every subchart switched on, and each such block takes the one tag its repository is
+rendered with. Without Helm (the values-only renderer), or where the render fails or is ambiguous, the guess
+stands, and the render proof after the copy is still the judge."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from mirror.chart.archive import ChartArchive, ChartError
+from mirror.chart.images import ImageBlock, every_subchart_on, split_host
+from mirror.chart.merge import deep_merge
+from mirror.chart.render import Renderer, RenderRequest, render_images
+from mirror.reference import ReferenceError, Repository, is_valid_tag
+
+log = logging.getLogger("mirror")
+
+
+def resolve_tags(
+    archive: ChartArchive,
+    blocks: list[ImageBlock],
+    request: RenderRequest,
+    renderer: Renderer,
+    overrides: dict[str, Any] | None = None,
+) -> list[ImageBlock]:
+    """`blocks` with each inferred tag replaced by the one Helm renders for its repository. Synchronous: Helm
+    runs in-process or as a subprocess; callers run it in a thread."""
+    if not any(block.tag_inferred for block in blocks) or renderer == "values":
+        return blocks
+    values = deep_merge(overrides or {}, every_subchart_on(archive))
+    try:
+        rendering = render_images(archive, values, request, renderer)
+    except ChartError as exc:
+        log.warning("chart %s %s: tags left as the values say (%s)", archive.name, archive.version, exc)
+        return blocks
+    if rendering.renderer.startswith("values.yaml"):
+        return blocks
+    rendered: dict[str, set[str]] = {}
+    for image in rendering.images:
+        found = _repository_and_tag(image.reference)
+        if found is not None:
+            rendered.setdefault(found[0], set()).add(found[1])
+    resolved = []
+    for block in blocks:
+        tags = rendered.get(str(block.source), set())
+        if block.tag_inferred and len(tags) == 1 and block.tag not in tags:
+            resolved.append(replace(block, tag=tags.pop()))
+        else:
+            resolved.append(block)
+    return resolved
+
+
+def _repository_and_tag(reference: str) -> tuple[str, str] | None:
+    """(`registry/repository` as `Repository` spells it, tag) of a rendered reference with a tag."""
+    name = reference.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    repository, colon, tag = last.partition(":")
+    if not colon or not is_valid_tag(tag):
+        return None
+    registry, path = split_host(f"{head}/{repository}" if head else repository)
+    try:
+        return str(Repository.of(registry, path)), tag
+    except ReferenceError:
+        return None
