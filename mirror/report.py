@@ -80,17 +80,6 @@ class ReleaseResult:
     errors: list[str] = field(default_factory=list)  # values that could not be written, and why
     source_rate_limit: RateLimit | None = None
 
-    def verified_targets(self, target_names: list[str]) -> list[str]:
-        """Targets at which every image of the release verified."""
-        return [
-            name
-            for name in target_names
-            if all(
-                image.error is None and any(t.target == name and t.verified for t in image.targets)
-                for image in self.images
-            )
-        ]
-
     def pull_secret_for(self, target: TargetSettings) -> str | None:
         """The declared pull secret, or the default one when a node could not pull some image anonymously."""
         if target.pull_secret:

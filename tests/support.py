@@ -6,7 +6,6 @@ import asyncio
 import http.server
 import json
 import ssl
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ import yaml
 
 from mirror.cli import main
 from mirror.demo.localregistry import AccessEntry, LocalRegistry
+from mirror.demo.serving import serve
 from mirror.oci import MANIFEST_ACCEPT
 from mirror.registry import RegistryClient
 from mirror.registry.options import ClientOptions
@@ -205,28 +205,4 @@ def cdn_server(
         yield cdn
 
 
-class _QuietServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that hangs up mid-answer (a killed sync, a timeout) is expected in these tests
-
-
-@contextmanager
-def http_server(
-    handler: type[http.server.BaseHTTPRequestHandler],
-    address: tuple[str, int] = ("127.0.0.1", 0),
-    tls: ssl.SSLContext | None = None,
-) -> Iterator[http.server.ThreadingHTTPServer]:
-    """Serve `handler` from a background thread: on a free loopback port, or at `address`; over TLS when a
-    server context is given."""
-    server = _QuietServer(address, handler)
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+http_server = serve  # a handler served on a background thread, over TLS when given a context (mirror/demo/serving.py)

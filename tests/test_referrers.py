@@ -118,13 +118,18 @@ def test_a_signed_image_arrives_with_everything_that_refers_to_it(
     assert manifest_bytes(target, "mirrored/hami", index_tag) == manifest_bytes(source, "projecthami/hami", index_tag)
     assert manifest_digest(target, "mirrored/hami", VERSION) == signed.subject  # what the signatures name
 
-    # a re-run: everything is there; the source gets HEADs and the one listing, nothing is copied again
+    # a re-run: everything is there; the source gets HEADs and the one listing, nothing is copied again, and
+    # the fallback index (a counted pull at Docker Hub) is read by its digest from the target's copy of it
     mark, target_mark = len(source.access_log()), len(target.access_log())
     code, report, err = sync_json(write_config(tmp_path / "mirror.yaml", source, [target]), capsys, VERSION)
     assert code == 0, err
     others = [(e.method, e.path) for e in requests_since(source, mark) if e.method != "HEAD"]
     hami_listings = [p for _, p in others if p.startswith("/v2/projecthami/hami/")]
-    assert sorted(p.rsplit("/", 1)[-1] for p in hami_listings) == sorted([signed.subject, index_tag])
+    assert hami_listings == [f"/v2/projecthami/hami/referrers/{signed.subject}"]
+    index_digest = manifest_digest(source, "projecthami/hami", index_tag)
+    assert f"/v2/mirrored/hami/manifests/{index_digest}" in [
+        e.path for e in requests_since(target, target_mark) if e.method == "GET"
+    ]
     assert all(method == "GET" for method, _ in others)
     assert not writes(requests_since(target, target_mark))
 

@@ -20,8 +20,10 @@ import httpx
 import pytest
 import yaml
 
+from mirror.demo.shipped import uncomment_block
 from mirror.oci import MANIFEST_ACCEPT
 from tests.realnames import (
+    ACR_USER,
     AR_HOST,
     GHCR_IMAGE,
     GHCR_REALM,
@@ -31,7 +33,8 @@ from tests.realnames import (
     NVCR_REALM,
     QUAY_REALM,
 )
-from tests.test_realnames import ROOT, World
+from tests.support import beyond_heads
+from tests.test_realnames import NAMESPACE, ROOT, World, shipped_config
 from tests.test_samplewebui import EVERYTHING_ON, everything_run
 
 DCGM = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.7-3.5.0-ubuntu22.04"
@@ -239,3 +242,98 @@ def test_every_image_the_served_webui_chart_runs_is_at_its_registry(tmp_path: Pa
     summary = whole_world.stop()
     assert summary["webui_chart_requests"] == ["/HAMi-WebUI/index.yaml", "/HAMi-WebUI/hami-webui-1.3.0.tgz"]
     assert summary["redirect_authorization"] == {"registry.k8s.io": [], AR_HOST: []}
+
+
+# --- mirror itself, at the real names ---------------------------------------------------------------------------
+
+SOURCE_LOGS = ("hub", "nvcr.io", "quay.io", AR_HOST)  # the registries behind the source names (access logs)
+VPC = "registry-vpc.cn-hangzhou.aliyuncs.com"
+
+
+def webui_config(tmp_path: Path) -> Path:
+    """config/mirror.yaml as a user fills it in, with its HAMi-WebUI block turned on."""
+    config = shipped_config(tmp_path)
+    config.write_text(uncomment_block(config.read_text(), "charts"))
+    return config
+
+
+def test_one_sync_with_the_shipped_config_relocates_hami_hami_webui_and_dcgm_exporter(
+    tmp_path: Path, whole_world: World
+) -> None:
+    """Done when: one `mirror sync v2.10.0` with the shipped config (WebUI on) relocates HAMi, HAMi-WebUI and
+    its subcharts from Docker Hub, nvcr.io, quay.io and registry.k8s.io to ACR: every image each chart can run,
+    byte for byte, digest-pinned, each chart's values proven by real Helm; a re-run sends the sources HEADs."""
+    config = webui_config(tmp_path)
+    env = {"ACR_PASSWORD": ACR_USER[1]}
+    done = whole_world.mirror("sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True
+    sources = {image["source"].split("/", 1)[0] for image in report["images"]}
+    assert sources == {"registry-1.docker.io", "nvcr.io", "quay.io", "registry.k8s.io"}
+    assert all(t["verified"] for image in report["images"] for t in image["targets"])
+    seeded = whole_world.ready["image_digests"]
+    webui = whole_world.ready["webui_digests"]
+    by_name = {image["name"]: image for image in report["images"]}
+    dcgm = by_name["nvcr.io_nvidia_k8s_dcgm-exporter"]
+    assert dcgm["source_digest"] == seeded[DCGM] and dcgm["targets"][0]["digest"] == seeded[DCGM]  # byte-exact
+    ksm = by_name["registry.k8s.io_kube-state-metrics_kube-state-metrics"]  # through the redirect
+    assert ksm["source_digest"] == seeded["registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.13.0"]
+
+    hami, webui_values = report["values"]
+    assert (hami["chart_name"], webui_values["chart_name"]) == ("hami", "hami-webui")
+    for entry in (hami, webui_values):
+        assert entry["proof"]["ok"] is True and entry["proof"]["renderer"].startswith("Helm v4"), entry["proof"]
+    values = yaml.safe_load((tmp_path / webui_values["path"]).read_text())
+    frontend = values["image"]["frontend"]
+    assert frontend["repository"] == f"{VPC}/{NAMESPACE}/projecthami_hami-webui-fe-oss"
+    # ACR's personal edition refuses the index's attestation manifests: the values pin the index it holds
+    held = by_name["projecthami_hami-webui-fe-oss"]["targets"][0]["digest"]
+    assert frontend["digest"] == held != webui["projecthami/hami-webui-fe-oss:v1.3.0"]
+    assert (f"{VPC}/{NAMESPACE}/projecthami_hami-webui-fe-oss@{held}", "mirrored") in {
+        (i["image"], i["verdict"]) for i in webui_values["proof"]["images"]
+    }
+    assert values["dcgm-exporter"]["image"] == {"repository": f"{VPC}/{NAMESPACE}/nvcr.io_nvidia_k8s_dcgm-exporter"}
+    assert values["global"]["imagePullSecrets"] == [{"name": "acr-pull"}]  # this ACR allows no anonymous pull
+    assert webui_values["helm"].startswith("helm install my-hami-webui ") and " -n hami " in webui_values["helm"]
+    assert webui_values["kubectl"].startswith("kubectl create secret docker-registry acr-pull -n hami ")
+
+    marks = {name: len(whole_world.access_log(name)) for name in SOURCE_LOGS}
+    again = whole_world.mirror("sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    for name in SOURCE_LOGS:
+        sent = whole_world.access_log(name)[marks[name] :]
+        assert sent and beyond_heads(sent) == [], (name, beyond_heads(sent))
+    summary = whole_world.stop()
+    assert summary["website_hits"] == [] and summary["cdn_authorization"] == []
+    assert summary["redirect_authorization"] == {"registry.k8s.io": [], AR_HOST: []}  # no credential of ours
+    for realm in (NVCR_REALM, QUAY_REALM):
+        assert {token["user"] for token in summary["realm_tokens"][realm]} == {None}  # public: anonymous
+    assert ACR_USER[1] not in done.stdout + done.stderr + again.stdout + again.stderr
+
+
+def test_private_nvcr_images_take_an_ngc_key_and_ghcr_images_come_anonymously(
+    tmp_path: Path, whole_world: World
+) -> None:
+    config = webui_config(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    del data["chart"], data["charts"]
+    data["images"] = [
+        {"name": "dcgm-private", "registry": "nvcr.io", "source": NVCR_PRIVATE[0], "tag": NVCR_PRIVATE[1]},
+        {"name": "webui-tools", "registry": "ghcr.io", "source": GHCR_IMAGE[0], "tag": GHCR_IMAGE[1]},
+    ]
+    data["values"] = {"unmirrored": "warn"}  # HAMi's own keys are not these images'
+    data["registries"]["nvcr.io"] = {"username": NGC_USER, "password_env": "NGC_API_KEY"}
+    config.write_text(yaml.safe_dump(data))
+    env = {"ACR_PASSWORD": ACR_USER[1], "NGC_API_KEY": NGC_API_KEY}
+    done = whole_world.mirror("sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    digests = {image["name"]: image["targets"][0]["digest"] for image in json.loads(done.stdout)["images"]}
+    assert digests == {
+        "dcgm-private": whole_world.ready["image_digests"][PRIVATE],
+        "webui-tools": whole_world.ready["image_digests"][TOOLS],
+    }
+    summary = whole_world.stop()
+    assert {t["user"] for t in summary["realm_tokens"][NVCR_REALM]} == {NGC_USER}
+    assert {t["user"] for t in summary["realm_tokens"][GHCR_REALM]} == {None}
+    assert NGC_API_KEY not in done.stdout + done.stderr

@@ -13,7 +13,6 @@ import http.server
 import io
 import ssl
 import tarfile
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -22,6 +21,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+
+from mirror.demo.serving import serve
 
 CHART_YAML = """apiVersion: v2
 name: {name}
@@ -265,18 +266,9 @@ def chart_server(
             self.end_headers()
             self.wfile.write(body)
 
-    server = http.server.ThreadingHTTPServer(address, Handler)
-    server.daemon_threads = True
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    served.origin = origin or f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serve(Handler, address, tls) as server:
+        served.origin = origin or f"http://127.0.0.1:{server.server_address[1]}"
         yield served
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from mirror.engine.tasks import gather_or_raise
 from mirror.engine.tree import load_tree
 from mirror.engine.upload import RegistryOrigin
 from mirror.oci import OCI_INDEX, Descriptor, Manifest
-from mirror.registry import RegistryClient, RegistryError
+from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 
 LEGACY_TAGS = {".sig": "signature", ".att": "attestation", ".sbom": "sbom"}
 
@@ -85,29 +86,63 @@ class Found:
     referrers: tuple[Referrer, ...]
     fallback_index: Manifest | None  # the source's `sha256-<hex>` index, when that is how it lists them
     api: bool = True  # did the source answer the referrers API?
+    unread_fallback: Descriptor | None = None  # the fallback index's HEAD, its listing not read yet
+    subject: str = ""  # the digest they refer to
 
 
-async def find_referrers(source: RegistryClient, repository: str, digest: str, api: bool = True) -> Found:
+async def find_referrers(
+    source: RegistryClient,
+    repository: str,
+    digest: str,
+    api: bool = True,
+    copies: Sequence[tuple[RegistryClient, str]] = (),
+) -> Found:
+    """What refers to `digest`, listed in full (`look_up_referrers`, then `read_fallback`)."""
+    found = await look_up_referrers(source, repository, digest, api)
+    return await read_fallback(found, source, repository, copies)
+
+
+async def look_up_referrers(source: RegistryClient, repository: str, digest: str, api: bool = True) -> Found:
     """At once: the referrers API (unless the source is known to lack it), a HEAD of the fallback tag and of
-    each older cosign tag; then, only where the registry has no referrers API and the fallback index exists,
-    that one listing."""
+    each older cosign tag. Where the registry has no referrers API and the fallback index exists, its listing
+    is left for `read_fallback`: a manifest GET, which whoever needs the listing pays for."""
     prefix = fallback_tag(digest)
     listed, fallback_head, *legacy = await asyncio.gather(
         source.list_referrers(repository, digest) if api else _none(),
         source.head_manifest(repository, prefix),
         *(source.head_manifest(repository, prefix + suffix) for suffix in LEGACY_TAGS),
     )
-    answered = listed is not None
-    fallback: Manifest | None = None
-    if listed is None and fallback_head is not None:
-        fallback = await source.get_manifest(repository, prefix)
-        listed = index_entries(fallback)
     entries = [e for e in listed or [] if e.get("digest")]
     referrers = [Referrer(str(e["digest"]), kind_of(e), "referrers", e, digest) for e in entries]
     for (suffix, kind), found in zip(LEGACY_TAGS.items(), legacy, strict=True):
         if isinstance(found, Descriptor):
             referrers.append(Referrer(found.digest, kind, prefix + suffix, {"mediaType": found.media_type}, digest))
-    return Found(tuple(referrers), fallback, answered)
+    unread = fallback_head if listed is None else None
+    return Found(tuple(referrers), None, listed is not None, unread, digest)
+
+
+async def read_fallback(
+    found: Found, source: RegistryClient, repository: str, copies: Sequence[tuple[RegistryClient, str]] = ()
+) -> Found:
+    """The fallback index's listing added: read by its digest from a copy that holds those exact bytes (a
+    target of an earlier run), else from the source, where a manifest GET is a counted pull."""
+    if found.unread_fallback is None:
+        return found
+    digest = found.unread_fallback.digest
+    fallback = await _held_copy(copies, digest) or await source.get_manifest(repository, digest)
+    entries = [e for e in index_entries(fallback) if e.get("digest")]
+    listed = tuple(Referrer(str(e["digest"]), kind_of(e), "referrers", e, found.subject) for e in entries)
+    return Found(listed + found.referrers, fallback, found.api, None, found.subject)
+
+
+async def _held_copy(copies: Sequence[tuple[RegistryClient, str]], digest: str) -> Manifest | None:
+    """The manifest `digest` from the first copy that has it (checked against the digest as it is read)."""
+    for client, repository in copies:
+        try:
+            return await client.get_manifest(repository, digest)
+        except (RegistryError, RegistryUnreachable):
+            continue
+    return None
 
 
 async def _none() -> None:

@@ -24,7 +24,7 @@ from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, TargetRef, build_
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
-from mirror.engine.referrers import Carried, Found, carry_referrers, find_referrers
+from mirror.engine.referrers import Carried, Found, carry_referrers, look_up_referrers, read_fallback
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
@@ -99,6 +99,7 @@ class Syncer:
         self._blobs: dict[str, TargetBlobs] = {}
         self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
         self._referrers: dict[tuple[str, str, str], asyncio.Task[Found]] = {}
+        self._referrer_heads: dict[tuple[str, str, str], asyncio.Task[Found]] = {}
         self._anonymous: dict[str, RegistryClient] = {}
         self._gate: SignatureGate | None = None
 
@@ -138,7 +139,7 @@ class Syncer:
         """Stop transfers nobody waits for any more (their image already failed)."""
         for blobs in self._blobs.values():
             blobs.cancel_pending()
-        for task in (*self._trees.values(), *self._referrers.values()):
+        for task in (*self._trees.values(), *self._referrers.values(), *self._referrer_heads.values()):
             task.cancel()
 
     async def run_release(self, job: ReleaseJob, latest: bool) -> ReleaseResult:
@@ -188,7 +189,7 @@ class Syncer:
         if result.error is None and resolved is not None:
             result.source_digest = resolved.digest
             if any(ref.target.referrers for ref in job.targets):
-                self.referrers_of(job, resolved.digest)  # under way while the targets decide
+                self.look_up_referrers(job, resolved.digest)  # under way while the targets decide
             await self._check_signature(job, resolved.digest, result, current)
         if result.error is not None or resolved is None:
             for task in current.values():
@@ -244,15 +245,33 @@ class Syncer:
         return copies
 
     def referrers_of(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
-        """What refers to a source digest, looked up once per run for the gate and every target. `api`: False
-        once the source is known to lack the referrers API (its tags are still looked at)."""
+        """What refers to a source digest, listed in full, once per run for the gate and every target. `api`:
+        False once the source is known to lack the referrers API (its tags are still looked at)."""
         key = (job.source.registry, job.source.name, digest)
         task = self._referrers.get(key)
         if task is None:
-            source = self.clients[job.source.registry]
-            look_up = find_referrers(source, job.source.name, digest, api)
-            task = self._referrers[key] = asyncio.ensure_future(look_up)
+            task = self._referrers[key] = asyncio.ensure_future(self._listed(job, digest, api))
             task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read by whoever needs it, or dropped
+        return task
+
+    async def _listed(self, job: ImageJob, digest: str, api: bool) -> Found:
+        """The look-up's HEADs, then the fallback index's listing, read from a target that holds its exact bytes
+        (an earlier run's copy) where one does, so a re-run sends the source no GET for it."""
+        heads = await asyncio.shield(self.look_up_referrers(job, digest, api))
+        copies = [(self.clients[ref.repository.registry], ref.repository.name) for ref in job.targets]
+        return await read_fallback(heads, self.clients[job.source.registry], job.source.name, copies)
+
+    def look_up_referrers(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
+        """The HEADs (and the referrers API) of the look-up, started as soon as the source digest is known; the
+        fallback index's listing, a manifest GET, is read only when something needs it (`referrers_of`)."""
+        key = (job.source.registry, job.source.name, digest)
+        task = self._referrer_heads.get(key)
+        if task is None:
+            source = self.clients[job.source.registry]
+            task = self._referrer_heads[key] = asyncio.ensure_future(
+                look_up_referrers(source, job.source.name, digest, api)
+            )
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
 
     def _head_target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
