@@ -83,11 +83,13 @@ def build_values(
     `registry` key; `repository` carrying the VPC host where it has none; the whole reference for a string.
     A digest the chart pins stays as it is (the copy is byte-exact), unless the copy's differs. Tags are left
     to the chart, which arrives at the mirrored tag by itself, except where it would compute another.
-    global.imageRegistry is not used: it would also move images nodes already pull from ACR (kube-scheduler).
+    global.imageRegistry is not set: it would also move images nodes already pull from ACR (kube-scheduler);
+    where the chart sets it, it is cleared.
     With a pull secret, it goes to `global.imagePullSecrets` and to each `imagePullSecrets` the charts have."""
     values: dict[str, Any] = {}
     registry = pull_registry(target)
-    for pointed in blocks:
+    pointed_blocks = list(blocks)
+    for pointed in pointed_blocks:
         repository = f"{target.namespace}/{pointed.name}"
         *parents, leaf = pointed.block.path
         node = values
@@ -112,7 +114,12 @@ def build_values(
         values = deep_merge(values, {"global": {"imagePullSecrets": secrets}})
         for path in pull_secret_paths:
             values = deep_merge(values, _nested(path, secrets))
-    return deep_merge(values, dict(extra))
+    written = deep_merge(values, dict(extra))
+    if any(pointed.block.registry_from_global for pointed in pointed_blocks):
+        # the chart (or `values:`) sets global.imageRegistry, which its templates prefer to each block's
+        # registry: cleared, since every block it moved now names the VPC host itself
+        written["global"] = {**written.get("global", {}), "imageRegistry": ""}
+    return written
 
 
 def _reference(name: str, tag: str, digest: str | None) -> str:

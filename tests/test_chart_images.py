@@ -11,9 +11,10 @@ from mirror.chart.images import image_blocks, pull_secret_paths
 from mirror.chart.proof import NOT_MIRRORED, check_rendering
 from mirror.chart.render import RenderedImage, Rendering
 from mirror.demo.samplechart import package
+from mirror.engine.jobs import FetchedChart, InstallCharts, ReleaseJob, build_release_jobs
 from mirror.naming import NameClash, check_unique, flat_name
 from mirror.reference import Repository
-from mirror.settings import TargetSettings
+from mirror.settings import MirrorSettings, TargetSettings
 from mirror.values import PointedBlock, build_values
 
 DIGEST = "sha256:" + "b4" * 32
@@ -257,3 +258,105 @@ def test_the_proof_names_an_image_no_block_explains_with_its_template() -> None:
     assert ("busybox:1.36", NOT_MIRRORED, "no values block sets this image") in verdicts
     assert ("docker.io/projecthami/hami-webui-be-oss:v1.3.0", NOT_MIRRORED, "") in verdicts
     assert proof.failures()[0] == "busybox:1.36 (templates/init.yaml: no values block sets this image)"
+
+
+def test_aliases_multiplied_at_every_depth_stop_at_a_bound() -> None:
+    """Each alias is an instance of the subchart, at every level: 20 aliases 4 deep would be 168,000 readings."""
+    chart = package(
+        {"Chart.yaml": chart_yaml("c4", "1.0.0"), "values.yaml": "image: {repository: x/y, tag: '1'}\n"}, "c4"
+    )
+    for depth in range(3, -1, -1):
+        aliases: list[dict[str, object]] = [{"name": f"c{depth + 1}", "alias": f"a{i}"} for i in range(20)]
+        files: dict[str, str | bytes] = {
+            "Chart.yaml": chart_yaml(f"c{depth}", "1.0.0", "", aliases),
+            f"charts/c{depth + 1}-1.0.0.tgz": chart,
+        }
+        chart = package(files, f"c{depth}")
+    archive = open_chart(chart, "aliases")
+    for read in (lambda: image_blocks(archive, "1.32.0"), lambda: pull_secret_paths(archive)):
+        with pytest.raises(ChartError, match="more than 256 subchart instances"):
+            read()
+
+
+def test_yaml_aliases_that_multiply_a_small_values_file_stop_at_a_bound() -> None:
+    """A few hundred bytes of anchors, each level naming the last ten times: a million mappings by reference."""
+    mapped = "\n".join(
+        ["a0: &a0 {image: {repository: x/y, tag: '1'}}"]
+        + [f"a{i}: &a{i} {{" + ", ".join(f"k{j}: *a{i - 1}" for j in range(10)) + "}" for i in range(1, 7)]
+    )
+    archive = open_chart(package({"Chart.yaml": chart_yaml("bomb", "1.0.0"), "values.yaml": mapped}, "bomb"), "bomb")
+    with pytest.raises(ChartError, match="values with more than 200000 mappings"):
+        image_blocks(archive, "1.32.0")
+
+
+def test_a_condition_reads_the_subcharts_own_default() -> None:
+    """Helm merges the subchart's values under its key before it evaluates the condition."""
+    sub = package(
+        {
+            "Chart.yaml": chart_yaml("sub", "1.0.0"),
+            "values.yaml": "enabled: false\nimage: {repository: quay.io/x/y, tag: '1'}\n",
+        },
+        "sub",
+    )
+    parent = package(
+        {
+            "Chart.yaml": chart_yaml("p", "1.0.0", "", [{"name": "sub", "condition": "sub.enabled"}]),
+            "charts/sub-1.0.0.tgz": sub,
+        },
+        "p",
+    )
+    (block,) = image_blocks(open_chart(parent, "p"), "1.32.0")
+    assert block.enabled is False
+    (block,) = image_blocks(open_chart(parent, "p"), "1.32.0", {"sub": {"enabled": True}})
+    assert block.enabled is True
+
+
+def test_a_chart_that_sets_global_image_registry_gets_it_cleared() -> None:
+    values = (
+        "global: {imageRegistry: quay.io}\n"
+        "prometheus: {image: {registry: docker.io, repository: prometheus/prometheus, tag: v2}}\n"
+    )
+    archive = open_chart(package({"Chart.yaml": chart_yaml("kps", "1.0.0"), "values.yaml": values}, "kps"), "kps")
+    (block,) = image_blocks(archive, "1.32.0")
+    assert (block.registry, block.registry_from_global) == ("quay.io", True)
+    written = build_values(
+        TARGET, [PointedBlock(block, flat_name(block.source, "docker.io"))], {"global": {"imageRegistry": "quay.io"}}
+    )
+    assert written["global"]["imageRegistry"] == ""  # else the templates would prefer it to the block's registry
+    (again,) = image_blocks(archive, "1.32.0", written)
+    assert again.registry == VPC
+
+
+def release_job(values: str, images: list[dict[str, str]] | None = None) -> ReleaseJob:
+    archive = open_chart(package({"Chart.yaml": chart_yaml("hami", "2.10.0"), "values.yaml": values}, "hami"), "hami")
+    settings = MirrorSettings.model_validate(
+        {"targets": [TARGET.model_dump()], "chart": {}, "images": images or [], "values": {"unmirrored": "warn"}}
+    )
+    fetched = FetchedChart(archive, tuple(image_blocks(archive, "1.32.0")))
+    (job,) = build_release_jobs(settings, ["v2.10.0"], charts=InstallCharts({"v2.10.0": fetched}))
+    return job
+
+
+def test_copies_of_different_digests_never_share_a_target_tag() -> None:
+    job = release_job(
+        f"a: {{image: 'quay.io/x/y:1.0@{DIGEST}'}}\n"
+        "b: {image: 'quay.io/x/y:1.0'}\n"
+        f"c: {{image: 'quay.io/x/y:1.0@{OTHER}'}}\n"
+    )
+    tags = sorted((image.tag, image.digest) for image in job.images)
+    assert tags == sorted([("1.0", None), ("pinned-" + DIGEST[7:39], DIGEST), ("pinned-" + OTHER[7:39], OTHER)])
+    assert {image.image.name for image in job.images} == {"quay.io_x_y"}
+
+
+def test_a_configured_image_keeps_the_charts_block_shape_and_pin() -> None:
+    values = (
+        "devicePlugin: {image: 'docker.io/projecthami/hami:v2.10.0'}\n"
+        f"scheduler: {{extender: {{image: {{repository: projecthami/hami, tag: v2.10.0, digest: '{DIGEST}'}}}}}}\n"
+    )
+    job = release_job(values, [{"name": "hami", "source": "projecthami/hami"}])
+    shapes = {use.block.key: (use.block.shape, job.images[use.copy].digest) for use in job.charts[0].uses}
+    assert shapes == {"devicePlugin.image": ("string", None), "scheduler.extender.image": ("repository", DIGEST)}
+    pointed = [PointedBlock(use.block, job.images[use.copy].image.name) for use in job.charts[0].uses]
+    written = build_values(TARGET, pointed, {})
+    assert written["devicePlugin"]["image"] == f"{VPC}/ns/hami:v2.10.0"
+    assert written["scheduler"]["extender"]["image"] == {"repository": f"{VPC}/ns/hami"}

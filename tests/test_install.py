@@ -20,12 +20,13 @@ from mirror.chart.images import every_subchart_on
 from mirror.chart.merge import deep_merge
 from mirror.chart.render import _container_images
 from mirror.demo.localregistry import LocalRegistry, start_registry
+from mirror.demo.sample import push_single
 from mirror.demo.samplechart import ChartServer, chart_server, hami_chart
 from mirror.demo.samplewebui import FRONTEND, WEBUI_IMAGES, seed_webui_images, webui_chart, webui_images
 from mirror.demo.shipped import shipped_config
 from mirror.registry import RegistryClient
 from mirror.registry.options import ClientOptions
-from tests.support import beyond_heads, manifest_bytes, manifest_digest, requests_since, sync_json, writes
+from tests.support import beyond_heads, manifest_bytes, manifest_digest, requests_since, sync_json, with_client, writes
 from tests.test_chart import seed_chart_images
 from tests.test_sync import VERSION
 
@@ -264,3 +265,23 @@ def test_two_sources_meeting_on_one_name_stop_the_run_before_anything_is_sent(
     assert code == 2
     assert "would both be copied to <namespace>/projecthami_hami-webui-fe-oss" in err and "Traceback" not in err
     assert [e for e in target.access_log() if e.path != "/v2/"] == []  # past the start-up probe, nothing
+
+
+def test_a_pinned_image_whose_tag_moved_at_the_target_goes_to_a_tag_of_its_own(
+    tmp_path: Path, install: Install, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An upstream re-push of a tag the chart pins: the target's tag holds other bytes. Nodes pull the pinned
+    copy by digest, so it goes to `pinned-<digest>` instead of stopping the chart as drift."""
+    repository = "mirrored/projecthami_hami-webui-fe-oss"
+    other = with_client(target, lambda c: push_single(c, repository, "v1.3.0", seed=77))
+    code, report, err = sync_json(install_config(tmp_path, install, target), capsys, VERSION)
+    assert code == 0, err
+    pinned = install.webui[f"{FRONTEND}:v1.3.0"]
+    (fe,) = [image for image in report["images"] if image["name"] == "projecthami_hami-webui-fe-oss"]
+    assert fe["targets"][0]["reference"] == f"{target.host}/{repository}:pinned-{pinned[7:39]}"
+    assert digest_of(target, repository, f"pinned-{pinned[7:39]}") == pinned
+    assert digest_of(target, repository, "v1.3.0") == other.digest  # left alone
+    webui = report["values"][1]
+    assert (f"{target.host}/{repository}@{pinned}", "mirrored") in {
+        (i["image"], i["verdict"]) for i in webui["proof"]["images"]
+    }

@@ -12,6 +12,7 @@ import io
 import posixpath
 import tarfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import yaml
@@ -55,15 +56,20 @@ class ChartArchive:
             return []
         return [e for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)]
 
-    def values(self) -> dict[str, Any]:
+    @cached_property
+    def _values(self) -> dict[str, Any]:
         text = self.files.get("values.yaml", b"")
         try:
             values = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ChartError(f"chart {self.name} {self.version}: values.yaml is not YAML: {exc}") from None
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise ChartError(f"chart {self.name} {self.version}: values.yaml is not usable YAML: {exc}") from None
         if not isinstance(values, dict):
             raise ChartError(f"chart {self.name} {self.version}: values.yaml is not a mapping")
         return values
+
+    def values(self) -> dict[str, Any]:
+        """values.yaml, parsed once per archive; callers layer onto it (`deep_merge`) and never change it."""
+        return self._values
 
 
 @dataclass
@@ -167,7 +173,7 @@ def _metadata(files: dict[str, bytes], where: str) -> dict[str, Any]:
         raise ChartError(f"{where}: no Chart.yaml at the top of the chart")
     try:
         metadata = yaml.safe_load(files["Chart.yaml"])
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:
         raise ChartError(f"{where}: Chart.yaml is not YAML: {exc}") from None
     if not isinstance(metadata, dict) or not metadata.get("name") or not metadata.get("version"):
         raise ChartError(f"{where}: Chart.yaml has no name or version")

@@ -29,6 +29,8 @@ from mirror.reference import ReferenceError, Repository, is_valid_digest, is_val
 
 DEFAULT_REGISTRY = "docker.io"
 MAX_VALUES_DEPTH = 64  # deeper than any real chart; deeper nesting is not walked
+MAX_INSTANCES = 256  # subcharts (each alias an instance) read in one chart, at every depth together
+MAX_VALUES_NODES = 200_000  # mappings walked in one chart's values: YAML aliases can multiply a small file
 Shape = Literal["block", "repository", "string"]
 
 
@@ -44,6 +46,7 @@ class ImageBlock:
     shape: Shape = "block"
     tag_from_kube_version: bool = False  # the chart takes it from .Capabilities.KubeVersion
     tag_inferred: bool = False  # empty in the values: taken from global.imageTag or appVersion (tags.py checks)
+    registry_from_global: bool = False  # global.imageRegistry named its registry (values.py then clears it)
     enabled: bool = True  # False: it sits in a subchart that is off with the chart's default values
     chart: str = ""  # the subchart holding it ("dcgm-exporter", "kube-prometheus-stack/grafana"); "" for the chart
 
@@ -73,7 +76,32 @@ def image_blocks(chart: ChartArchive, kube_version: str, overrides: dict[str, An
     """Every image reference of the chart and its subcharts, in file order (the chart's own first), with the
     values the user passes (`overrides`) layered over the chart's defaults."""
     values = deep_merge(_values(chart), overrides or {})
-    return list(_chart_blocks(chart, values, (), "", True, kube_version, values.get("tags")))
+    budget = _Budget(chart)
+    return list(_chart_blocks(chart, values, (), "", True, kube_version, values.get("tags"), budget))
+
+
+@dataclass
+class _Budget:
+    """What reading one chart may still cost: subchart instances and values nodes, for untrusted input (a few
+    KB of aliases, in the Chart.yaml or in YAML anchors, can otherwise stand for millions)."""
+
+    chart: ChartArchive
+    instances: int = MAX_INSTANCES
+    nodes: int = MAX_VALUES_NODES
+
+    def instance(self) -> None:
+        self.instances -= 1
+        if self.instances < 0:
+            raise ChartError(f"{self._where}: more than {MAX_INSTANCES} subchart instances (aliases included)")
+
+    def node(self) -> None:
+        self.nodes -= 1
+        if self.nodes < 0:
+            raise ChartError(f"{self._where}: values with more than {MAX_VALUES_NODES} mappings (YAML aliases?)")
+
+    @property
+    def _where(self) -> str:
+        return f"chart {self.chart.name} {self.chart.version}"
 
 
 def _values(chart: ChartArchive) -> dict[str, Any]:
@@ -91,11 +119,12 @@ def _chart_blocks(
     enabled: bool,
     kube_version: str,
     tags: Any,
+    budget: _Budget,
 ) -> Iterator[ImageBlock]:
     scope = _Scope(_mapping(values.get("global")), chart.app_version, kube_version)
-    dependencies = list(_dependencies(chart, values, tags))
+    dependencies = list(_dependencies(chart, values, tags, budget))
     subchart_keys = frozenset(key for _, key, _ in dependencies)
-    for path, found in _walk(values, (), 0, subchart_keys):
+    for path, found in _walk(values, (), 0, subchart_keys, budget):
         block = scope.block(path, found)
         if block is not None:
             yield replace(block, path=prefix + block.path, enabled=enabled, chart=chart_path)
@@ -104,17 +133,23 @@ def _chart_blocks(
         merged = deep_merge(own, _mapping(values.get(key)))
         merged["global"] = deep_merge(_mapping(own.get("global")), _mapping(values.get("global")))
         inner = f"{chart_path}/{key}" if chart_path else key
-        yield from _chart_blocks(subchart, merged, (*prefix, key), inner, enabled and on, kube_version, tags)
+        yield from _chart_blocks(subchart, merged, (*prefix, key), inner, enabled and on, kube_version, tags, budget)
 
 
-def _dependencies(chart: ChartArchive, values: dict[str, Any], tags: Any) -> Iterator[tuple[ChartArchive, str, bool]]:
+def _dependencies(
+    chart: ChartArchive, values: dict[str, Any], tags: Any, budget: _Budget
+) -> Iterator[tuple[ChartArchive, str, bool]]:
     """Each subchart with the key its values sit under (alias or name) and whether it is on, as Helm decides:
-    the first `condition` path that holds a boolean wins, else any true tag turns it on, else it is on. A
-    subchart listed twice under two aliases is two instances; one not listed at all is on, under its name."""
+    the first `condition` path that holds a boolean (in the parent's values over the subchart's own defaults)
+    wins, else any true tag turns it on, else it is on. A subchart listed twice under two aliases is two
+    instances; one not listed at all is on, under its name."""
     for subchart in chart.subcharts:
         entries = [d for d in chart.dependencies() if d["name"] == subchart.name]
         for entry in entries or [{}]:
-            yield subchart, str(entry.get("alias") or subchart.name), _enabled(entry, values, tags)
+            budget.instance()
+            key = str(entry.get("alias") or subchart.name)
+            scoped = deep_merge({key: _values(subchart)}, values)
+            yield subchart, key, _enabled(entry, scoped, tags)
 
 
 def every_subchart_on(chart: ChartArchive) -> dict[str, Any]:
@@ -122,13 +157,15 @@ def every_subchart_on(chart: ChartArchive) -> dict[str, Any]:
     true. Rendered with them, a chart shows what each of its images really resolves to."""
     on: dict[str, Any] = {}
     tags: dict[str, bool] = {}
-    _switch_on(chart, (), on, tags)
+    _switch_on(chart, (), on, tags, _Budget(chart))
     return deep_merge(on, {"tags": tags}) if tags else on
 
 
-def _switch_on(chart: ChartArchive, prefix: tuple[str, ...], on: dict[str, Any], tags: dict[str, bool]) -> None:
+def _switch_on(
+    chart: ChartArchive, prefix: tuple[str, ...], on: dict[str, Any], tags: dict[str, bool], budget: _Budget
+) -> None:
     values = _values(chart)
-    for subchart, key, _ in _dependencies(chart, values, None):
+    for subchart, key, _ in _dependencies(chart, values, None, budget):
         entry = next((d for d in chart.dependencies() if str(d.get("alias") or d["name"]) == key), {})
         condition = str(entry.get("condition") or "").split(",")[0].strip()
         if condition:
@@ -140,7 +177,7 @@ def _switch_on(chart: ChartArchive, prefix: tuple[str, ...], on: dict[str, Any],
                 node[leaf] = True
         wanted = entry.get("tags")
         tags.update({str(tag): True for tag in wanted} if isinstance(wanted, list) else {})
-        _switch_on(subchart, (*prefix, key), on, tags)
+        _switch_on(subchart, (*prefix, key), on, tags, budget)
 
 
 def _enabled(entry: dict[str, Any], values: dict[str, Any], tags: Any) -> bool:
@@ -181,8 +218,9 @@ class _Scope:
         if isinstance(node, str):
             return self._string(path, node)
         repository = _text(node.get("repository"))
+        global_registry = _text(self.global_values.get("imageRegistry"))
         if "registry" in node:
-            registry = _text(self.global_values.get("imageRegistry")) or _text(node.get("registry"))
+            registry = global_registry or _text(node.get("registry"))
             shape: Shape = "block"
         else:
             registry, shape = "", "repository"
@@ -204,22 +242,33 @@ class _Scope:
             Repository.of(registry, repository)
         except ReferenceError:
             return None
-        return ImageBlock(path, registry, repository, tag, digest, shape, from_kube, inferred)
+        from_global = shape == "block" and bool(global_registry)
+        return ImageBlock(path, registry, repository, tag, digest, shape, from_kube, inferred, from_global)
 
     def _string(self, path: tuple[str, ...], text: str) -> ImageBlock | None:
-        name, at, digest = text.strip().partition("@")
-        last = name.rsplit("/", 1)[-1]
-        tag = last.split(":", 1)[1] if ":" in last else ""
-        if not (tag or at):
-            return None  # no tag or digest: a name, not something a node pulls
-        if (at and not is_valid_digest(digest)) or (tag and not is_valid_tag(tag)):
+        parsed = parse_image(text)
+        if parsed is None:
             return None
-        registry, repository = split_host(name[: len(name) - len(last)] + last.split(":", 1)[0])
-        try:
-            Repository.of(registry, repository)
-        except ReferenceError:
-            return None
-        return ImageBlock(path, registry, repository, tag, digest or None, "string")
+        registry, repository, tag, digest = parsed
+        return ImageBlock(path, registry, repository, tag, digest, "string")
+
+
+def parse_image(text: str) -> tuple[str, str, str, str | None] | None:
+    """`[host/]repo[:tag][@digest]` as a node pulls it -> (registry, repository, tag, digest), the tag kept when
+    a digest follows it (`repository.parse` keeps only the digest); None for a name with neither, or invalid."""
+    name, at, digest = text.strip().partition("@")
+    last = name.rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    if not (tag or at):
+        return None  # no tag or digest: a name, not something a node pulls
+    if (at and not is_valid_digest(digest)) or (tag and not is_valid_tag(tag)):
+        return None
+    registry, repository = split_host(name[: len(name) - len(last)] + last.split(":", 1)[0])
+    try:
+        Repository.of(registry, repository)
+    except ReferenceError:
+        return None
+    return registry, repository, tag, digest or None
 
 
 def split_host(repository: str) -> tuple[str, str]:
@@ -236,12 +285,13 @@ def _text(value: Any) -> str:
 
 
 def _walk(
-    node: Any, path: tuple[str, ...], depth: int, skip: frozenset[str] = frozenset()
+    node: Any, path: tuple[str, ...], depth: int, skip: frozenset[str], budget: _Budget
 ) -> Iterator[tuple[tuple[str, ...], dict[str, Any] | str]]:
     """Image blocks and image strings below `node`; `skip`: top-level keys that hold a subchart's values (read
     with the subchart)."""
     if not isinstance(node, dict) or depth > MAX_VALUES_DEPTH:
         return
+    budget.node()
     if isinstance(node.get("repository"), str) and node["repository"].strip() and _names_a_version(node):
         yield path, node
         return
@@ -252,7 +302,7 @@ def _walk(
             if child.strip():
                 yield (*path, key), child
         elif isinstance(child, dict):
-            yield from _walk(child, (*path, key), depth + 1)
+            yield from _walk(child, (*path, key), depth + 1, frozenset(), budget)
 
 
 def _names_a_version(node: dict[str, Any]) -> bool:
@@ -262,13 +312,13 @@ def _names_a_version(node: dict[str, Any]) -> bool:
 def pull_secret_paths(chart: ChartArchive) -> list[tuple[str, ...]]:
     """Where the chart and its subcharts take a list of pull secrets outside `global` (HAMi-WebUI's top-level
     `imagePullSecrets`, dcgm-exporter's under its key), so a pull secret reaches every pod."""
-    return list(_secret_paths(chart, (), 0))
+    return list(_secret_paths(chart, (), _Budget(chart)))
 
 
-def _secret_paths(chart: ChartArchive, prefix: tuple[str, ...], depth: int) -> Iterator[tuple[str, ...]]:
+def _secret_paths(chart: ChartArchive, prefix: tuple[str, ...], budget: _Budget) -> Iterator[tuple[str, ...]]:
     values = _values(chart)
     for key, value in values.items():
         if key == "imagePullSecrets" and isinstance(value, list):
             yield (*prefix, key)
-    for subchart, key, _ in _dependencies(chart, values, None):
-        yield from _secret_paths(subchart, (*prefix, key), depth + 1)
+    for subchart, key, _ in _dependencies(chart, values, None, budget):
+        yield from _secret_paths(subchart, (*prefix, key), budget)

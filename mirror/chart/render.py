@@ -50,6 +50,13 @@ class RenderRequest:
 def render_images(
     archive: ChartArchive, values: dict[str, Any], request: RenderRequest, prefer: Renderer = "auto"
 ) -> Rendering:
+    try:
+        return _render(archive, values, request, prefer)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ChartError(f"chart {archive.name} {archive.version}: what it renders is not usable YAML: {exc}") from None
+
+
+def _render(archive: ChartArchive, values: dict[str, Any], request: RenderRequest, prefer: Renderer) -> Rendering:
     if prefer in ("auto", "sdk") and _sdk_available():
         return _render_sdk(archive, values, request)
     if prefer == "sdk":

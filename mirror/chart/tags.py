@@ -12,10 +12,10 @@ from dataclasses import replace
 from typing import Any
 
 from mirror.chart.archive import ChartArchive, ChartError
-from mirror.chart.images import ImageBlock, every_subchart_on, split_host
+from mirror.chart.images import ImageBlock, every_subchart_on, parse_image
 from mirror.chart.merge import deep_merge
 from mirror.chart.render import Renderer, RenderRequest, render_images
-from mirror.reference import ReferenceError, Repository, is_valid_tag
+from mirror.reference import Repository
 
 log = logging.getLogger("mirror")
 
@@ -56,13 +56,8 @@ def resolve_tags(
 
 def _repository_and_tag(reference: str) -> tuple[str, str] | None:
     """(`registry/repository` as `Repository` spells it, tag) of a rendered reference with a tag."""
-    name = reference.split("@", 1)[0]
-    head, _, last = name.rpartition("/")
-    repository, colon, tag = last.partition(":")
-    if not colon or not is_valid_tag(tag):
+    parsed = parse_image(reference)
+    if parsed is None or not parsed[2]:
         return None
-    registry, path = split_host(f"{head}/{repository}" if head else repository)
-    try:
-        return str(Repository.of(registry, path)), tag
-    except ReferenceError:
-        return None
+    registry, repository, tag, _ = parsed
+    return str(Repository.of(registry, repository)), tag

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mirror import hami
 from mirror.chart.archive import ChartArchive
@@ -63,7 +63,8 @@ class ImageJob:
 
     @property
     def source_ref(self) -> str:
-        return f"{self.source}:{self.tag}" + (f"@{self.digest}" if self.digest else "")
+        tag = "" if self.tag.startswith(PINNED_TAG_PREFIX) else f":{self.tag}"  # a tag of the target's only
+        return f"{self.source}{tag}" + (f"@{self.digest}" if self.digest else "")
 
     @property
     def source_identifier(self) -> str:
@@ -159,7 +160,7 @@ def install_spec(settings: MirrorSettings, chart: InstallChartSettings) -> Chart
         chart.values,
         chart.subcharts,
         is_release_chart=False,
-        default_reference=f"{chart.repository}/{chart.name}",
+        default_reference=f"{chart.name} --repo {chart.repository}",  # helm install <release> <this>
     )
 
 
@@ -194,7 +195,7 @@ def _release_job(
             tuple(TargetRef(t, Repository.of(t.registry, f"{t.namespace}/{copy.name}")) for t in targets),
             copy.digest,
         )
-        for copy in copies
+        for copy in _one_digest_per_tag(list(copies))
     )
     return ReleaseJob(version, images, targets, tuple(chart_jobs))
 
@@ -210,14 +211,18 @@ def _release_chart_job(
     if not settings.images:
         return _chart_job(settings, spec, archive, blocks, copies, chart_version(version))
     uses = []
+    by_key = {block.key: block for block in blocks}
     for image in settings.images:
-        source = source_repository(settings, image)
-        copy = _index(copies, _Copy(image.name, source, image.tag_for(version), None, _platforms(image)))
+        source, tag = source_repository(settings, image), image.tag_for(version)
+        copy = _index(copies, _Copy(image.name, source, tag, None, _platforms(image)))  # even with no key
         keys = tuple(image.values_keys) or tuple(b.key for b in blocks if b.source == source)
-        keys = keys or hami.VALUES_KEYS.get(source.name, ())
-        uses += [
-            ImageUse(ImageBlock.at(key, source.registry, source.name, image.tag_for(version)), copy) for key in keys
-        ]
+        for key in keys or hami.VALUES_KEYS.get(source.name, ()):
+            # the chart's own block keeps its shape and its pinned digest (copied as pinned); a key the chart
+            # does not have is written as a registry/repository block
+            block = by_key.get(key) or ImageBlock.at(key, source.registry, source.name, tag)
+            pinned = _Copy(image.name, source, tag, block.digest, _platforms(image)) if block.digest else None
+            use = replace(block, registry=source.registry, repository=source.name, tag=tag)
+            uses.append(ImageUse(use, _index(copies, pinned) if pinned else copy))
     covered = {use.block.key for use in uses}
     unmirrored = tuple(b for b in blocks if b.key not in covered and not _allowed(settings, b.registry))
     return ChartJob(spec, chart_version(version), archive, tuple(uses), unmirrored)
@@ -240,11 +245,29 @@ def _chart_job(
         if not block.enabled and spec.subcharts == "enabled":
             continue  # a subchart that is off: turning it on later needs another run
         name = flat_name(block.source, settings.source.registry)
-        tag = block.tag or PINNED_TAG_PREFIX + (block.digest or "").removeprefix("sha256:")[:32]
+        tag = block.tag or pinned_tag(block.digest or "")
         copy = _index(copies, _Copy(name, block.source, tag, block.digest))
         uses.append(ImageUse(block, copy, block.tag if block.tag_from_kube_version else None))
     chart_version_ = version or (archive.version if archive is not None else "")
     return ChartJob(spec, chart_version_, archive, tuple(uses))
+
+
+def _one_digest_per_tag(copies: list[_Copy]) -> list[_Copy]:
+    """Where copies of different digests would share one target tag (a chart pinning an image another block
+    names by tag, or two pins of one tag), each pinned one takes its own `pinned-<digest>` tag: nodes pull it by
+    digest, and no two copies race for one tag."""
+    digests: dict[tuple[str, str], set[str | None]] = {}
+    for copy in copies:
+        digests.setdefault((copy.name, copy.tag), set()).add(copy.digest)
+    return [
+        replace(copy, tag=pinned_tag(copy.digest)) if copy.digest and len(digests[(copy.name, copy.tag)]) > 1 else copy
+        for copy in copies
+    ]
+
+
+def pinned_tag(digest: str) -> str:
+    """The target tag of a copy made by digest that no tag of the chart can carry."""
+    return PINNED_TAG_PREFIX + digest.removeprefix("sha256:")[:32]
 
 
 def _index(copies: dict[_Copy, int], copy: _Copy) -> int:

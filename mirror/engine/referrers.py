@@ -90,16 +90,9 @@ class Found:
     subject: str = ""  # the digest they refer to
 
 
-async def find_referrers(
-    source: RegistryClient,
-    repository: str,
-    digest: str,
-    api: bool = True,
-    copies: Sequence[tuple[RegistryClient, str]] = (),
-) -> Found:
+async def find_referrers(source: RegistryClient, repository: str, digest: str, api: bool = True) -> Found:
     """What refers to `digest`, listed in full (`look_up_referrers`, then `read_fallback`)."""
-    found = await look_up_referrers(source, repository, digest, api)
-    return await read_fallback(found, source, repository, copies)
+    return await read_fallback(await look_up_referrers(source, repository, digest, api), source, repository)
 
 
 async def look_up_referrers(source: RegistryClient, repository: str, digest: str, api: bool = True) -> Found:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import TYPE_CHECKING
 
 from mirror import acr
@@ -20,7 +19,16 @@ from mirror.engine.copy import CopyStats, copy_to_target
 from mirror.engine.deliver import Delivery, chart_verified, deliver
 from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.fanout import Spool
-from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, TargetRef, build_release_jobs, check_versions
+from mirror.engine.jobs import (
+    PINNED_TAG_PREFIX,
+    ChartJob,
+    ImageJob,
+    ReleaseJob,
+    TargetRef,
+    build_release_jobs,
+    check_versions,
+    pinned_tag,
+)
 from mirror.engine.lock import target_locks
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
@@ -216,7 +224,10 @@ class Syncer:
         try:
             copies = await self._held_copies(job, digest, current)
             source = self.clients[job.source.registry]
-            found = partial(asyncio.shield, self.referrers_of(job, digest))  # awaited only if the source is read
+
+            def found() -> asyncio.Future[Found]:  # started only if the source is read
+                return asyncio.shield(self.referrers_of(job, digest))
+
             check = await check_image(self._gate, rule, digest, source, job.source.name, found, copies)
         except EXPECTED_FAILURES as exc:
             result.error = f"{job.source_ref}: signature not checked: {exc}"
@@ -319,6 +330,14 @@ class Syncer:
         except BaseException:
             pullable.cancel()
             raise
+        if decision.drift and job.digest and not job.tag.startswith(PINNED_TAG_PREFIX):
+            # nodes pull a pinned copy by digest: the chart's tag, moved upstream, need not stop it
+            pullable.cancel()
+            pinned = replace(job, tag=pinned_tag(job.digest))
+            self.progress.event(f"{label}: the tag holds another digest; the pinned copy goes to {pinned.tag}")
+            result.reference = f"{ref.repository}:{pinned.tag}"
+            await self._copy_and_verify(pinned, ref, resolved, self._head_target_tag(pinned, ref), result)
+            return
         if decision.drift:
             pullable.cancel()
             result.error = decision.drift
