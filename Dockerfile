@@ -3,9 +3,9 @@
 # non-root user with a read-only root filesystem (state, output and temp files go to mounted volumes).
 FROM python:3.11-slim-bookworm AS build
 # postgres: several `mirror serve` replicas on one database; helm: Helm's Go SDK renders the chart to prove
-# the values (x86_64 wheels only: build arm64 images with --build-arg EXTRAS=postgres,signatures);
+# the values (x86_64 wheels only: build arm64 images with --build-arg EXTRAS=postgres,signatures,aliyun);
 # signatures: sigstore-python checks cosign's keyless signatures before a copy
-ARG EXTRAS=postgres,helm,signatures
+ARG EXTRAS=postgres,helm,signatures,aliyun
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mirror ./mirror
@@ -13,7 +13,7 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[${EXTRAS}]"
 
 FROM python:3.11-slim-bookworm
 ARG VERSION=0.1.0
-ARG EXTRAS=postgres,helm,signatures
+ARG EXTRAS=postgres,helm,signatures,aliyun
 ARG SOURCE=""
 LABEL org.opencontainers.image.title="mirror" \
       org.opencontainers.image.description="Copies images from Docker Hub to Alibaba Cloud ACR, verified, and writes HAMi's Helm values" \

@@ -63,3 +63,19 @@ def is_personal(registry: str) -> bool:
 def allows_anonymous_pull(registry: str) -> bool | None:
     """False where the edition never allows anonymous pulls; None where only a probe can tell."""
     return False if edition_of(registry) == PERSONAL_NEW else None
+
+
+_REGION_IN_HOST = re.compile(r"\.(?P<region>[a-z]{2}-[a-z0-9-]+?)\.(personal\.cr\.|cr\.)?aliyuncs\.com$")
+_INSTANCE_IN_SERVICE = re.compile(r"(?:^|:)(?P<instance>cri-[a-z0-9]+)$")
+
+
+def region_of(registry: str) -> str | None:
+    """`cn-hangzhou` from any ACR endpoint form, or None for a host that is not ACR."""
+    match = _REGION_IN_HOST.search(registry.lower())
+    return match["region"] if match and edition_of(registry) else None
+
+
+def instance_of(service: str | None) -> str | None:
+    """An Enterprise instance's id from its token challenge: `registry.aliyuncs.com:<region>:china:cri-<id>`."""
+    match = _INSTANCE_IN_SERVICE.search(service or "")
+    return match["instance"] if match else None

@@ -76,6 +76,50 @@ def _one_source(kind: str, **sources: object) -> None:
         raise ValueError(f"{kind}: give one of {', '.join(given)}, not several")
 
 
+ALIYUN_CREDENTIALS = ("default", "oidc_role_arn", "access_key", "ecs_ram_role")
+_INSTANCE_ID = re.compile(r"^cri-[a-z0-9]+$")
+_REGION = re.compile(r"^[a-z]{2}-[a-z0-9-]+$")
+
+
+class AliyunLoginSettings(_Model):
+    """A temporary ACR login from a RAM identity (ACR's GetAuthorizationToken) instead of a stored password:
+    RRSA on ACK, an AccessKey pair in CI, an ECS instance's RAM role."""
+
+    # default: the official alibabacloud-credentials chain (AccessKey variables, RRSA's variables, the CLI's
+    # profile, then the ECS RAM role); or one of them alone
+    credentials: Literal["default", "oidc_role_arn", "access_key", "ecs_ram_role"] = "default"
+    instance_id: str | None = None  # Enterprise's cri-...; default: named by the registry's token challenge
+    region: str | None = None  # default: from the registry host
+    endpoint: str | None = None  # the ACR OpenAPI host; default: cr.<region>.aliyuncs.com
+    provision: bool = False  # create a namespace the run needs (Enterprise), instead of explaining how
+    timeout: float = Field(default=30.0, gt=0, le=600)  # each OpenAPI and STS call
+
+    @field_validator("instance_id")
+    @classmethod
+    def _instance(cls, value: str | None) -> str | None:
+        if value is not None and not _INSTANCE_ID.match(value):
+            raise ValueError(f"{value!r} is not an ACR Enterprise instance id (cri-...)")
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str | None) -> str | None:
+        if value is not None and not _REGION.match(value):
+            raise ValueError(f"{value!r} is not a region id like cn-hangzhou")
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        return None if value is None else reference.validate_host(value)
+
+    @model_validator(mode="after")
+    def _sdk_installed(self) -> AliyunLoginSettings:
+        if importlib.util.find_spec("alibabacloud_cr20181201") is None:
+            raise ValueError("needs the Alibaba Cloud SDKs: pip install 'mirror[aliyun]'")
+        return self
+
+
 class RegistrySettings(_Model):
     """Transport settings for one registry host[:port]."""
 
@@ -91,9 +135,13 @@ class RegistrySettings(_Model):
     def _password_env(cls, value: str | None) -> str | None:
         return _env_name(value)
 
+    aliyun: AliyunLoginSettings | None = None  # an ACR host: log in with a RAM identity, no stored password
+
     @model_validator(mode="after")
     def _one_password(self) -> RegistrySettings:
         _one_source("password", password=self.password, file=self.password_file, env=self.password_env)
+        if self.aliyun is not None and (self.username or self.password or self.password_file or self.password_env):
+            raise ValueError("aliyun: logs in with a RAM identity; give no username or password with it")
         return self
 
     def password_value(self) -> str | None:
@@ -642,9 +690,25 @@ def missing_inputs(settings: MirrorSettings, environ: Mapping[str, str]) -> list
         need_file(f"registries.{host}.password_file", registry.password_file)
         if registry.password_env is not None and not environ.get(registry.password_env):
             problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is not set")
+        if registry.aliyun is not None:
+            problems += [f"registries.{host}.aliyun: {p}" for p in _aliyun_problems(host, registry.aliyun, environ)]
     need_secret_file("webhook.secret_file", settings.webhook.secret_file)
     need_secret_file("service.api_token_file", settings.service.api_token_file)
     return problems
+
+
+def _aliyun_problems(host: str, login: AliyunLoginSettings, environ: Mapping[str, str]) -> list[str]:
+    from mirror.aliyun.login import credential_problem
+
+    if acr.is_personal(host):
+        return [
+            f"{host} is a Personal Edition instance: its temporary login is not available through ACR's "
+            "OpenAPI with a RAM identity; use a registry password (password_env) there, or an Enterprise instance"
+        ]
+    if acr.edition_of(host) is None and (login.region is None or login.instance_id is None):
+        return [f"{host} is not an ACR endpoint name: give region and instance_id"]
+    problem = credential_problem(login.credentials, dict(environ))
+    return [problem] if problem else []
 
 
 def _variable_for(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> str | None:

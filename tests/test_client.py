@@ -114,7 +114,7 @@ async def test_authorization_follows_same_host_redirects_only() -> None:
             return httpx.Response(307, headers={"Location": "https://cdn.test/data?sig=1"})
         return httpx.Response(200, content=b"abc")
 
-    async def credentials() -> Credentials:
+    async def credentials(service: str | None) -> Credentials:
         return Credentials("user", "pw")
 
     http = httpx.AsyncClient(

@@ -88,7 +88,11 @@ def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {doc["kind"]: doc for doc in docs}
 
 
-@pytest.mark.parametrize("directory", [ROOT / "deploy", OVERLAYS / "postgres"], ids=["deploy", "overlays/postgres"])
+@pytest.mark.parametrize(
+    "directory",
+    [ROOT / "deploy", OVERLAYS / "postgres", OVERLAYS / "rrsa"],
+    ids=["deploy", "overlays/postgres", "overlays/rrsa"],
+)
 def test_each_kustomization_builds_into_valid_manifests(directory: Path) -> None:
     docs = built(directory)
     assert docs
@@ -184,3 +188,38 @@ def test_the_readme_ci_example_signs_as_the_service_checks(tmp_path: Path) -> No
     check_signature(b"shared-secret", body.encode(), signature)  # raises if they disagree
     with pytest.raises(Exception, match="bad signature"):
         check_signature(b"another-secret", body.encode(), signature)
+
+
+def test_the_rrsa_overlay_stores_no_registry_secret_and_asks_for_the_role(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = built(OVERLAYS / "rrsa")
+    kinds = by_kind(docs)
+    assert kinds["ServiceAccount"]["metadata"]["annotations"] == {
+        "pod-identity.alibabacloud.com/role-name": "mirror-acr"
+    }
+    assert kinds["Namespace"]["metadata"]["labels"]["pod-identity.alibabacloud.com/injection"] == "on"
+    assert "mirror-registries" not in {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    pods = [
+        kinds["Deployment"]["spec"]["template"]["spec"],
+        kinds["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+    ]
+    for pod in pods:
+        assert all(volume.get("secret", {}).get("secretName") != "mirror-registries" for volume in pod["volumes"])
+        (container,) = pod["containers"]
+        assert all("registries" not in mount["mountPath"] for mount in container["volumeMounts"])
+    # the config it mounts loads where the webhook has injected RRSA's variables and token
+    config = tmp_path / "mirror.yaml"
+    config.write_text(kinds["ConfigMap"]["data"]["mirror.yaml"].replace("<instance>", "hami"))
+    token = tmp_path / "token"
+    token.write_text("a.b.c")
+    for name, value in {
+        "ALIBABA_CLOUD_ROLE_ARN": "acs:ram::1234567890:role/mirror-acr",
+        "ALIBABA_CLOUD_OIDC_PROVIDER_ARN": "acs:ram::1234567890:oidc-provider/ack-rrsa-c1",
+        "ALIBABA_CLOUD_OIDC_TOKEN_FILE": str(token),
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(config)
+    login = settings.registry("hami-registry.cn-hangzhou.cr.aliyuncs.com").aliyun
+    assert login is not None and login.credentials == "oidc_role_arn"
+    assert settings.docker_config is None

@@ -18,6 +18,7 @@ from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.naming import NameClash
 from mirror.progress import progress_for
 from mirror.reference import ReferenceError
+from mirror.registry.credentials import CredentialError
 from mirror.release import VersionError
 from mirror.report import ReleaseResult
 from mirror.settings import ConfigError, MirrorSettings, load_settings
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, VersionError, ReferenceError, NameClash) as exc:
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (LockTimeout, DiscoveryError, ChartError) as exc:  # nothing was written
+    except (LockTimeout, DiscoveryError, ChartError, CredentialError) as exc:  # nothing was written
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -8,7 +8,7 @@ from types import TracebackType
 
 from mirror.reference import api_host
 from mirror.registry import RegistryClient
-from mirror.registry.options import ClientOptions, PullBudgetOptions
+from mirror.registry.options import ClientOptions, PullBudgetOptions, TemporaryLogin
 from mirror.registry.retry import RetryPolicy
 from mirror.settings import MirrorSettings, RetrySettings
 
@@ -17,8 +17,22 @@ def retry_policy(retry: RetrySettings) -> RetryPolicy:
     return RetryPolicy(retry.attempts, retry.base_delay, retry.max_delay, retry.max_elapsed)
 
 
-def client_options(settings: MirrorSettings, host: str, anonymous: bool = False) -> ClientOptions:
-    """The config's word on one registry host, as the wire's plain options."""
+def acr_login(settings: MirrorSettings, host: str) -> TemporaryLogin | None:
+    """The temporary login of an ACR host configured with `aliyun:` (the SDKs imported only then)."""
+    login = settings.registry(host).aliyun
+    if login is None:
+        return None
+    from mirror.acr import region_of
+    from mirror.aliyun.login import AcrLogin, LoginOptions
+
+    region = login.region or region_of(host) or ""
+    return AcrLogin(LoginOptions(host, region, login.credentials, login.instance_id, login.endpoint, login.timeout))
+
+
+def client_options(
+    settings: MirrorSettings, host: str, anonymous: bool = False, login: TemporaryLogin | None = None
+) -> ClientOptions:
+    """The config's word on one registry host, as the wire's plain options (`login`: the run's own, shared)."""
     registry, transfer, budget = settings.registry(host), settings.transfer, settings.pull_budget
     return ClientOptions(
         plain_http=registry.plain_http,
@@ -32,6 +46,7 @@ def client_options(settings: MirrorSettings, host: str, anonymous: bool = False)
         password=registry.password_value,
         docker_config=settings.docker_config,
         anonymous=anonymous,
+        login=None if anonymous else (login or acr_login(settings, host)),
     )
 
 
@@ -43,13 +58,22 @@ class Clients:
     def __init__(self, settings: MirrorSettings) -> None:
         self.settings = settings
         self._open: dict[str, RegistryClient] = {}
+        self._logins: dict[str, TemporaryLogin | None] = {}
 
     def __getitem__(self, host: str) -> RegistryClient:
         host = api_host(host)
         client = self._open.get(host)
         if client is None:
-            client = self._open[host] = open_client(self.settings, host)
+            options = client_options(self.settings, host, login=self.login(host))
+            client = self._open[host] = RegistryClient.open(host, options)
         return client
+
+    def login(self, host: str) -> TemporaryLogin | None:
+        """The host's temporary login (an ACR host configured with `aliyun:`), one for the whole run."""
+        host = api_host(host)
+        if host not in self._logins:
+            self._logins[host] = acr_login(self.settings, host)
+        return self._logins[host]
 
     async def aclose(self) -> None:
         clients, self._open = list(self._open.values()), {}

@@ -30,6 +30,7 @@ from mirror.engine.jobs import (
     pinned_tag,
 )
 from mirror.engine.lock import target_locks
+from mirror.engine.namespaces import prepare_namespaces
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
 from mirror.engine.referrers import Carried, Found, carry_referrers, look_up_referrers, read_fallback
@@ -553,6 +554,7 @@ async def sync(
         charts = await fetch_install_charts(settings, check_versions(settings, versions), clients)
         jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
         async with target_locks(settings, jobs, enabled=not options.dry_run):
+            await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
             return await Syncer(settings, clients, options, progress, shutdown).run(jobs)
     finally:
         if own:

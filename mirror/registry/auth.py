@@ -27,7 +27,7 @@ from mirror.registry.tokens import (
     token_request,
 )
 
-CredentialSource = Callable[[], Awaitable[Credentials | None]]
+CredentialSource = Callable[[str | None], Awaitable[Credentials | None]]  # given the challenge's service
 MAX_ROUNDS = 3
 
 
@@ -64,15 +64,19 @@ class RegistryAuth(httpx.Auth):
     def anonymous(cls, host: str) -> RegistryAuth:
         """For a host we were redirected to: its own token flow, never our credentials."""
 
-        async def no_credentials() -> None:
+        async def no_credentials(service: str | None) -> None:
             return None
 
         return cls(host, no_credentials)
 
-    async def credentials(self) -> Credentials | None:
+    async def credentials(self, refused: Credentials | None = None) -> Credentials | None:
+        """Loaded once, when first needed; a temporary login again before it lapses, or once the realm refused
+        it (`refused`), whichever comes first. Concurrent callers wait for one load."""
         async with self._credentials_lock:
-            if not self._credentials_loaded:
-                self._credentials = await self._load_credentials()
+            current = self._credentials
+            stale = current is not None and (current is refused or current.due_for_renewal(time.time()))
+            if not self._credentials_loaded or stale:
+                self._credentials = await self._load_credentials(self._bearer[1] if self._bearer else None)
                 self._credentials_loaded = True
         return self._credentials
 
@@ -99,7 +103,12 @@ class RegistryAuth(httpx.Auth):
                     future = self._pending[key] = asyncio.get_running_loop().create_future()
                     future.add_done_callback(_retrieve)
                     try:
-                        token_response = yield token_request(key, await self.credentials())
+                        credentials = await self.credentials()
+                        token_response = yield token_request(key, credentials)
+                        if token_response.status_code == 401 and credentials and credentials.expires_at:
+                            # a temporary login the realm no longer takes (lapsed early, revoked): once more
+                            await token_response.aclose()
+                            token_response = yield token_request(key, await self.credentials(refused=credentials))
                         token = await self._accept_token(token_response, key, request)
                         future.set_result(token)
                     except AuthError as exc:

@@ -37,6 +37,15 @@ class Credentials:
     password: str = field(repr=False)
     identity_token: str | None = field(default=None, repr=False)  # an OAuth2 refresh token
     origin: str = ""  # where they came from, for messages
+    expires_at: float | None = None  # a temporary login (ACR's GetAuthorizationToken): when it lapses (epoch s)
+    issued_at: float | None = None
+
+    def due_for_renewal(self, now: float) -> bool:
+        """A temporary login is renewed once three quarters of its life have passed, or when it lapsed."""
+        if self.expires_at is None:
+            return False
+        lifetime = self.expires_at - (self.issued_at if self.issued_at is not None else self.expires_at)
+        return now >= self.expires_at - max(lifetime, 0.0) / 4
 
     def basic_header(self) -> str:
         token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode("ascii")

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mirror.registry.credentials import Credentials
 from mirror.registry.retry import RetryPolicy
+
+# A temporary login, asked for when the registry first challenges and again before it lapses; it is given the
+# challenge's `service` (ACR Enterprise names its instance there).
+TemporaryLogin = Callable[[str | None], Awaitable[Credentials]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +37,4 @@ class ClientOptions:
     password: Callable[[], str | None] | None = field(default=None, repr=False)  # read when first needed
     docker_config: Path | None = None  # a docker config.json; default: $DOCKER_CONFIG, ~/.docker
     anonymous: bool = False  # ignore every credential source: see what a node without credentials sees
+    login: TemporaryLogin | None = field(default=None, repr=False)  # instead of a stored password

@@ -18,9 +18,11 @@ def base_url(host: str, plain_http: bool) -> str:
 
 
 def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
-    async def credentials() -> Credentials | None:
+    async def credentials(service: str | None) -> Credentials | None:
         if options.anonymous:
             return None
+        if options.login is not None:
+            return await options.login(service)
         return await resolve_credentials(host, options.username, options.password, options.docker_config)
 
     limits = httpx.Limits(max_connections=options.max_connections, max_keepalive_connections=options.max_connections)

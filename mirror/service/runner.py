@@ -14,6 +14,7 @@ from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.progress import Progress
+from mirror.registry.credentials import CredentialError
 from mirror.report import ReleaseResult
 from mirror.service.logs import current_job
 from mirror.service.metrics import Metrics
@@ -111,7 +112,7 @@ class JobRunner:
                 results = await discover_and_sync(self.settings, options, Progress(), shutdown)
             else:
                 results = await sync(self.settings, job["versions"], options, Progress(), shutdown)
-        except (ValueError, LockTimeout, DiscoveryError, ChartError) as exc:  # bad input, lock, tags, chart
+        except (ValueError, LockTimeout, DiscoveryError, ChartError, CredentialError) as exc:  # input, lock, login
             error = str(exc)
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")

@@ -1,0 +1,176 @@
+"""A temporary ACR login from a RAM identity, through the official SDKs: `alibabacloud-credentials` finds the
+identity (RRSA's OIDC token exchanged at STS, an AccessKey pair, the CLI's profile, an ECS instance's RAM role),
+and ACR's OpenAPI (`alibabacloud-cr20181201`, GetAuthorizationToken) turns it into a registry username and
+password that last an hour, or as long as the STS credentials behind them. The registry's token realm then takes
+them as it takes a stored password; `registry/auth.py` asks again before they lapse.
+
+The SDKs are synchronous: each call runs in a worker thread, under the configured timeout. They are imported only
+when a registry is configured this way. Nothing here puts a secret into a message or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from mirror.acr import instance_of
+from mirror.registry.credentials import CredentialError, Credentials
+
+T = TypeVar("T")
+MAX_MESSAGE = 300
+RRSA_VARIABLES = ("ALIBABA_CLOUD_ROLE_ARN", "ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "ALIBABA_CLOUD_OIDC_TOKEN_FILE")
+ACCESS_KEY_VARIABLES = ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET")
+
+
+class LoginError(CredentialError):
+    """The RAM identity could not be had, or ACR refused it a login; one line, with the service's code."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoginOptions:
+    """Plain values for one ACR host (built from `registries.<host>.aliyun`)."""
+
+    host: str
+    region: str
+    credentials: str = "default"  # default | oidc_role_arn | access_key | ecs_ram_role
+    instance_id: str | None = None
+    endpoint: str | None = None  # default: cr.<region>.aliyuncs.com
+    timeout: float = 30.0
+
+    @property
+    def openapi_endpoint(self) -> str:
+        return self.endpoint or f"cr.{self.region}.aliyuncs.com"
+
+
+def credential_problem(choice: str, environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """Why the chosen identity cannot be found in this environment, or None. Checked when the config loads,
+    without a network call: the ECS RAM role is the one source only a call can prove."""
+    access_key = all(environ.get(name) for name in ACCESS_KEY_VARIABLES)
+    rrsa = all(environ.get(name) for name in RRSA_VARIABLES)
+    token_file = environ.get("ALIBABA_CLOUD_OIDC_TOKEN_FILE", "")
+    if rrsa and not os.path.isfile(token_file):
+        return f"ALIBABA_CLOUD_OIDC_TOKEN_FILE names {token_file}, which is not a file (is RRSA's webhook on?)"
+    metadata = environ.get("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "").lower() != "true"
+    profile = environ.get("ALIBABA_CLOUD_CLI_PROFILE_DISABLED", "").lower() != "true" and os.path.isfile(
+        os.path.expanduser("~/.aliyun/config.json")
+    )
+    found = {
+        "access_key": access_key,
+        "oidc_role_arn": rrsa,
+        "ecs_ram_role": metadata,
+        "default": access_key or rrsa or profile or metadata,
+    }[choice]
+    if found:
+        return None
+    wanted = {
+        "access_key": " and ".join(ACCESS_KEY_VARIABLES),
+        "oidc_role_arn": ", ".join(RRSA_VARIABLES) + " (RRSA injects them)",
+        "ecs_ram_role": "the ECS metadata service, which ALIBABA_CLOUD_ECS_METADATA_DISABLED turns off",
+        "default": "an AccessKey pair, RRSA's variables, an aliyun CLI profile or an ECS RAM role",
+    }[choice]
+    return f"no {choice} credential found: needs {wanted}"
+
+
+@dataclass
+class AcrLogin:
+    """The temporary login of one ACR host; called by the registry's auth flow with the challenge's service,
+    which names an Enterprise instance when the config does not."""
+
+    options: LoginOptions
+    _credential: Any = field(default=None, repr=False)  # the SDK's credentials client, kept: it caches STS
+    _client: Any = field(default=None, repr=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    instance: str | None = None  # the Enterprise instance, once a login named it
+
+    async def __call__(self, service: str | None) -> Credentials:
+        instance = self.options.instance_id or instance_of(service)
+        if instance is None:
+            raise LoginError(
+                f"ACR login for {self.options.host}: no Enterprise instance id (the registry's challenge names "
+                f"none, service {service!r}); set registries.{self.options.host}.aliyun.instance_id"
+            )
+        async with self._lock:  # one login at a time for the host: concurrent requests wait for it
+            body = await self.call(lambda: self._get_token(instance))
+            self.instance = instance
+        if not getattr(body, "is_success", True) or not body.temp_username or not body.authorization_token:
+            raise LoginError(f"ACR login for {self.options.host}: GetAuthorizationToken answered {body.code}")
+        expires = int(body.expire_time or 0) / 1000 or None
+        return Credentials(
+            str(body.temp_username),
+            str(body.authorization_token),
+            origin=f"ACR GetAuthorizationToken ({self.options.credentials} identity)",
+            expires_at=expires,
+            issued_at=time.time(),
+        )
+
+    def client(self) -> Any:
+        """The ACR OpenAPI client (created once, in a worker thread: the SDK reads files and the environment)."""
+        if self._client is None:
+            from alibabacloud_cr20181201.client import Client
+            from alibabacloud_tea_openapi.utils_models import Config
+
+            milliseconds = int(self.options.timeout * 1000)
+            config = Config(
+                credential=self._identity(),
+                endpoint=self.options.openapi_endpoint,
+                region_id=self.options.region,
+                protocol="https",
+                read_timeout=milliseconds,
+                connect_timeout=milliseconds,
+            )
+            self._client = Client(config)
+        return self._client
+
+    def _identity(self) -> Any:
+        from alibabacloud_credentials.client import Client
+        from alibabacloud_credentials.models import Config
+
+        choice = self.options.credentials
+        if choice == "default":
+            return Client()  # the official default chain
+        if choice == "oidc_role_arn":
+            config = Config(
+                type="oidc_role_arn",
+                role_arn=os.environ.get("ALIBABA_CLOUD_ROLE_ARN"),
+                oidc_provider_arn=os.environ.get("ALIBABA_CLOUD_OIDC_PROVIDER_ARN"),
+                oidc_token_file_path=os.environ.get("ALIBABA_CLOUD_OIDC_TOKEN_FILE"),
+                role_session_name="mirror",
+                sts_endpoint=os.environ.get("ALIBABA_CLOUD_STS_ENDPOINT") or None,  # RRSA's webhook sets the VPC one
+            )
+        elif choice == "access_key":
+            config = Config(
+                type="access_key",
+                access_key_id=os.environ.get(ACCESS_KEY_VARIABLES[0]),
+                access_key_secret=os.environ.get(ACCESS_KEY_VARIABLES[1]),
+            )
+        else:
+            config = Config(type="ecs_ram_role")
+        return Client(config)
+
+    def _get_token(self, instance: str) -> Any:
+        from alibabacloud_cr20181201 import models
+
+        return self.client().get_authorization_token(models.GetAuthorizationTokenRequest(instance_id=instance)).body
+
+    async def call(self, call: Callable[[], T]) -> T:
+        """One SDK call in a worker thread, bounded; its exceptions as one line."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(call), self.options.timeout * 2)
+        except TimeoutError:
+            raise LoginError(f"ACR OpenAPI {self.options.openapi_endpoint}: no answer in time") from None
+        except LoginError:
+            raise
+        except Exception as exc:  # the SDKs raise their own families (Tea, Dara, credentials)
+            raise LoginError(f"ACR login for {self.options.host}: {describe(exc)}") from None
+
+
+def describe(exc: BaseException) -> str:
+    """An SDK exception as one line: its code and message, never its request (which carries signatures)."""
+    code = getattr(exc, "code", None)
+    message = getattr(exc, "message", None) or str(exc)
+    text = " ".join(str(message).split())[:MAX_MESSAGE]
+    return f"{code}: {text}" if code else f"{type(exc).__name__}: {text}"

@@ -1,0 +1,61 @@
+"""An ACR Enterprise namespace a run needs: found, created (`provision: true`), or explained in one line with the
+console step and the API call that create it. Nothing is created in a dry run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mirror.aliyun.login import AcrLogin, LoginError
+
+MISSING_CODES = ("NOT_EXIST", "NOTEXIST", "NOT_FOUND", "NOTFOUND")
+
+
+class NamespaceMissing(LoginError):
+    """The namespace is not on the instance and the config does not let mirror create it."""
+
+
+async def ensure_namespace(login: AcrLogin, instance: str, namespace: str, provision: bool, dry_run: bool) -> str:
+    """What was found or done, for the progress line; raises NamespaceMissing when it is missing and may not
+    be created, LoginError when the OpenAPI refuses (a missing RAM permission names its action)."""
+    where = f"namespace {namespace} on {login.options.host} ({instance})"
+    if await _exists(login, instance, namespace):
+        return f"{where}: present"
+    if dry_run:
+        return f"{where}: missing; would be created" if provision else f"{where}: missing"
+    if not provision:
+        raise NamespaceMissing(
+            f"{where} does not exist: create it in the ACR console (Instances > {instance} > Repository > "
+            f"Namespace > Create Namespace, with automatic repository creation on), or call CreateNamespace "
+            f"(aliyun cr CreateNamespace --InstanceId {instance} --NamespaceName {namespace} --AutoCreateRepo true "
+            f"--DefaultRepoType PRIVATE), or let mirror do it: registries.{login.options.host}.aliyun.provision: true"
+        )
+    await _create(login, instance, namespace)
+    return f"{where}: created (repositories created on push, private)"
+
+
+async def _exists(login: AcrLogin, instance: str, namespace: str) -> bool:
+    from alibabacloud_cr20181201 import models
+
+    request = models.GetNamespaceRequest(instance_id=instance, namespace_name=namespace)
+    try:
+        body: Any = await login.call(lambda: login.client().get_namespace(request).body)
+    except LoginError as exc:
+        if any(code in str(exc).upper() for code in MISSING_CODES):
+            return False
+        raise
+    if getattr(body, "is_success", True) is False:
+        if any(code in str(body.code or "").upper() for code in MISSING_CODES):
+            return False
+        raise LoginError(f"GetNamespace {namespace} on {instance}: {body.code}")
+    return True
+
+
+async def _create(login: AcrLogin, instance: str, namespace: str) -> None:
+    from alibabacloud_cr20181201 import models
+
+    request = models.CreateNamespaceRequest(
+        instance_id=instance, namespace_name=namespace, auto_create_repo=True, default_repo_type="PRIVATE"
+    )
+    body: Any = await login.call(lambda: login.client().create_namespace(request).body)
+    if getattr(body, "is_success", True) is False:
+        raise LoginError(f"CreateNamespace {namespace} on {instance}: {body.code}")

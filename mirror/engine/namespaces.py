@@ -1,0 +1,42 @@
+"""Before anything is copied: the namespace of each target whose registry is an ACR Enterprise instance mirror logs
+in to with a RAM identity (`registries.<host>.aliyun`), found, created, or explained (`aliyun/provision.py`)."""
+
+from __future__ import annotations
+
+from mirror.engine.clients import Clients
+from mirror.engine.jobs import ReleaseJob
+from mirror.progress import Progress
+from mirror.reference import api_host
+from mirror.registry.credentials import CredentialError
+from mirror.settings import MirrorSettings, TargetSettings
+
+
+async def prepare_namespaces(
+    settings: MirrorSettings, jobs: list[ReleaseJob], clients: Clients, dry_run: bool, progress: Progress
+) -> None:
+    targets = {target.name: target for job in jobs for target in job.targets}
+    for target in targets.values():
+        login_settings = settings.registry(target.registry).aliyun
+        if login_settings is None:
+            continue
+        from mirror.aliyun.login import AcrLogin
+        from mirror.aliyun.provision import ensure_namespace
+
+        login = clients.login(target.registry)
+        assert isinstance(login, AcrLogin)
+        instance = login_settings.instance_id or await _instance(clients, target, jobs, login)
+        note = await ensure_namespace(login, instance, target.namespace, login_settings.provision, dry_run)
+        progress.event(note)
+
+
+async def _instance(clients: Clients, target: TargetSettings, jobs: list[ReleaseJob], login: object) -> str:
+    """The instance the registry names in its challenge: learned by the login its first request makes (a HEAD of
+    a tag this run asks for anyway)."""
+    job = next((image for release in jobs for image in release.images), None)
+    if job is not None:
+        ref = next(r for r in job.targets if r.name == target.name)
+        await clients[api_host(target.registry)].head_manifest(ref.repository.name, job.tag)
+    instance = getattr(login, "instance", None)
+    if not isinstance(instance, str):
+        raise CredentialError(f"{target.registry}: no Enterprise instance id known; set aliyun.instance_id")
+    return instance
