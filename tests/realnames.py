@@ -56,7 +56,8 @@ import signal
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,8 +125,9 @@ HOP_BY_HOP = frozenset(
 RELAY_CHUNK = 64 * 1024
 
 
-def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A throwaway CA and one server certificate for every name in HOSTS: (ca.pem, server.pem, server.key)."""
+def make_certificates(directory: Path, hosts: Mapping[str, str] = HOSTS) -> tuple[Path, Path, Path]:
+    """A throwaway CA and one server certificate for every name in `hosts` (HOSTS unless given), and their
+    addresses: (ca.pem, server.pem, server.key)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mirror test CA")])
@@ -142,8 +144,8 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [x509.DNSName(name) for name in HOSTS]
-    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in sorted(set(HOSTS.values()))]
+    names: list[x509.GeneralName] = [x509.DNSName(name) for name in hosts]
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in sorted(set(hosts.values()))]
     server = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "registry-1.docker.io")]))
@@ -165,12 +167,13 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
-def isolate_names(directory: Path) -> None:
-    """Loopback up in this (new) network namespace; the real names point at it through /etc/hosts."""
+def isolate_names(directory: Path, hosts: Mapping[str, str] = HOSTS) -> None:
+    """Loopback up in this (new) network namespace; the real names in `hosts` (HOSTS unless given) point at it
+    through /etc/hosts."""
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    hosts = directory / "hosts"
-    hosts.write_text("127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in HOSTS.items()))
-    subprocess.run(["mount", "--bind", str(hosts), "/etc/hosts"], check=True)
+    table = directory / "hosts"
+    table.write_text("127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in hosts.items()))
+    subprocess.run(["mount", "--bind", str(table), "/etc/hosts"], check=True)
 
 
 def website(hits: list[str]) -> type[http.server.BaseHTTPRequestHandler]:
@@ -213,6 +216,61 @@ def _exactly(handler: http.server.BaseHTTPRequestHandler, size: int) -> Iterator
             raise ConnectionError("the client hung up mid-body")
         size -= len(data)
         yield data
+
+
+def forward(
+    handler: http.server.BaseHTTPRequestHandler,
+    upstream: http.client.HTTPConnection,
+    target: str,
+    host: str,
+    hidden_service: str | None = None,
+    *,
+    proto: str = "https",
+    rewrite_header: Callable[[str, str], str] | None = None,
+    pace: float = 0.0,
+) -> int:
+    """Relay the request `handler` is answering to `upstream` (as `target`, with Host `host` and
+    X-Forwarded-Proto `proto`, bodies streamed both ways) and its answer back; the answer's status.
+    `hidden_service` drops `service` from challenges, `rewrite_header(name, value)` rewrites any answer header,
+    and `pace` spreads the answer's body over that many seconds (a slow link)."""
+    upstream.putrequest(handler.command, target, skip_host=True, skip_accept_encoding=True)
+    upstream.putheader("Host", host)
+    upstream.putheader("X-Forwarded-Proto", proto)  # distribution writes <proto>://<host>/... Locations
+    for key, value in handler.headers.items():
+        if key.lower() not in HOP_BY_HOP:
+            upstream.putheader(key, value)
+    chunked = "chunked" in handler.headers.get("Transfer-Encoding", "").lower()
+    if chunked:
+        upstream.putheader("Transfer-Encoding", "chunked")
+    upstream.endheaders()
+    for piece in request_body(handler):
+        upstream.send(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+    if chunked:
+        upstream.send(b"0\r\n\r\n")
+    response = upstream.getresponse()
+    handler.send_response_only(response.status, response.reason)
+    length = response.getheader("Content-Length")
+    bodyless = handler.command == "HEAD" or response.status in (204, 304)
+    for key, value in response.getheaders():
+        if key.lower() in HOP_BY_HOP:
+            continue
+        if key.lower() == "www-authenticate" and hidden_service:
+            value = re.sub(r',?\s*service="[^"]*"', "", value)
+        if rewrite_header is not None:
+            value = rewrite_header(key, value)
+        handler.send_header(key, value)
+    rechunk = not bodyless and length is None
+    if rechunk:
+        handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    pieces = max(1, -(-int(length or 0) // RELAY_CHUNK))
+    while not bodyless and (data := response.read(RELAY_CHUNK)):
+        if pace:
+            time.sleep(pace / pieces)
+        handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if rechunk else data)
+    if rechunk:
+        handler.wfile.write(b"0\r\n\r\n")
+    return response.status
 
 
 @dataclass
@@ -287,39 +345,7 @@ def registry_front(
                 )
 
         def _forward(self, upstream: http.client.HTTPConnection, target: str) -> int:
-            upstream.putrequest(self.command, target, skip_host=True, skip_accept_encoding=True)
-            upstream.putheader("Host", log.name)
-            upstream.putheader("X-Forwarded-Proto", "https")  # distribution writes https://<name>/... Locations
-            for key, value in self.headers.items():
-                if key.lower() not in HOP_BY_HOP:
-                    upstream.putheader(key, value)
-            chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
-            if chunked:
-                upstream.putheader("Transfer-Encoding", "chunked")
-            upstream.endheaders()
-            for piece in request_body(self):
-                upstream.send(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-            if chunked:
-                upstream.send(b"0\r\n\r\n")
-            response = upstream.getresponse()
-            self.send_response_only(response.status, response.reason)
-            length = response.getheader("Content-Length")
-            bodyless = self.command == "HEAD" or response.status in (204, 304)
-            for key, value in response.getheaders():
-                if key.lower() in HOP_BY_HOP:
-                    continue
-                if key.lower() == "www-authenticate" and hidden_service:
-                    value = re.sub(r',?\s*service="[^"]*"', "", value)
-                self.send_header(key, value)
-            rechunk = not bodyless and length is None
-            if rechunk:
-                self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            while not bodyless and (data := response.read(RELAY_CHUNK)):
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if rechunk else data)
-            if rechunk:
-                self.wfile.write(b"0\r\n\r\n")
-            return response.status
+            return forward(self, upstream, target, log.name, hidden_service)
 
         do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _relay
 

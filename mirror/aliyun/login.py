@@ -11,6 +11,7 @@ when a registry is configured this way. Nothing here puts a secret into a messag
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -129,6 +130,12 @@ class AcrLogin:
         from alibabacloud_credentials.client import Client
         from alibabacloud_credentials.models import Config
 
+        # the library logs each failed refresh, traceback and all, on its own stderr handler: the failure reaches
+        # the caller as an exception, said once, in one line
+        quiet = logging.getLogger("credentials")
+        quiet.handlers.clear()
+        quiet.setLevel(logging.CRITICAL)
+
         choice = self.options.credentials
         if choice == "default":
             return Client()  # the official default chain
@@ -173,4 +180,7 @@ def describe(exc: BaseException) -> str:
     code = getattr(exc, "code", None)
     message = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(message).split())[:MAX_MESSAGE]
+    denied = getattr(exc, "access_denied_detail", None) or getattr(exc, "accessDeniedDetail", None)
+    action = denied.get("AuthAction") if isinstance(denied, dict) else None
+    text += f" (the RAM policy lacks {action})" if action else ""
     return f"{code}: {text}" if code else f"{type(exc).__name__}: {text}"

@@ -3,10 +3,13 @@ in to with a RAM identity (`registries.<host>.aliyun`), found, created, or expla
 
 from __future__ import annotations
 
+import contextlib
+
 from mirror.engine.clients import Clients
 from mirror.engine.jobs import ReleaseJob
 from mirror.progress import Progress
 from mirror.reference import api_host
+from mirror.registry import RegistryError, RegistryUnreachable
 from mirror.registry.credentials import CredentialError
 from mirror.settings import MirrorSettings, TargetSettings
 
@@ -35,7 +38,8 @@ async def _instance(clients: Clients, target: TargetSettings, jobs: list[Release
     job = next((image for release in jobs for image in release.images), None)
     if job is not None:
         ref = next(r for r in job.targets if r.name == target.name)
-        await clients[api_host(target.registry)].head_manifest(ref.repository.name, job.tag)
+        with contextlib.suppress(RegistryError, RegistryUnreachable):  # a missing namespace may refuse it: the
+            await clients[api_host(target.registry)].head_manifest(ref.repository.name, job.tag)  # login came first
     instance = getattr(login, "instance", None)
     if not isinstance(instance, str):
         raise CredentialError(f"{target.registry}: no Enterprise instance id known; set aliyun.instance_id")

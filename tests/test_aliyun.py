@@ -1,0 +1,154 @@
+"""mirror logging in to an ACR Enterprise instance with a RAM identity, the official SDKs' own request code running
+against STS, the ACR OpenAPI and the instance's registry at their real names (tests/aliyunworld.py): RRSA and
+AccessKeys, logins that lapse mid-run, namespaces missing, and every refusal as one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.test_aliyun_world import AliyunWorld, start_world
+
+HOST = "mirror-test-registry.cn-hangzhou.cr.aliyuncs.com"
+
+
+@pytest.fixture
+def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[AliyunWorld]:
+    """The world of tests/aliyunworld.py; its options by indirect parametrization."""
+    running = start_world(tmp_path / "aliyun", tmp_path / "aliyun.log", getattr(request, "param", {}))
+    yield running
+    running.stop()
+
+
+def config(world: AliyunWorld, tmp_path: Path, namespace: str = "hami-system", **login: Any) -> Path:
+    source = world.ready["source"]
+    data = {
+        "source": {"registry": source["host"]},
+        "targets": [{"name": "hz", "registry": HOST, "namespace": namespace}],
+        "images": [{"name": "hami", "source": source["repository"]}],
+        "registries": {source["host"]: {"plain_http": True}, HOST: {"aliyun": login}},
+        "output_dir": str(tmp_path / "out"),
+        "values": {"unmirrored": "warn"},  # one image of HAMi's: the rest of its keys stay, said in the file
+        "retry": {"base_delay": 0.05, "max_delay": 0.5, "max_elapsed": 30},
+    }
+    path = tmp_path / "mirror.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def mirror(world: AliyunWorld, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    done = world.run(sys.executable, "-m", "mirror", *args, "--json", cwd=tmp_path, env=env)
+    return done
+
+
+def secrets_of(world: AliyunWorld) -> list[str]:
+    keys = world.ready["access_keys"]
+    return [keys["with_permission"]["access_key_secret"], keys["without_permission"]["access_key_secret"]]
+
+
+def rrsa(world: AliyunWorld) -> dict[str, str]:
+    return {k: v for k, v in world.ready["env"].items() if k.startswith("ALIBABA_CLOUD_")}
+
+
+def access_key(world: AliyunWorld, which: str = "with_permission") -> dict[str, str]:
+    key = world.ready["access_keys"][which]
+    return {
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": key["access_key_id"],
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": key["access_key_secret"],
+    }
+
+
+def test_rrsa_end_to_end_sync_and_discover_with_no_stored_secret(tmp_path: Path, world: AliyunWorld) -> None:
+    path = config(world, tmp_path, credentials="oidc_role_arn")
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=rrsa(world))
+    assert done.returncode == 0, done.stderr
+    (image,) = json.loads(done.stdout)["images"]
+    assert image["targets"][0]["verified"] is True
+    assert image["targets"][0]["digest"] == world.ready["source"]["digest"]  # byte for byte
+    again = mirror(world, tmp_path, "sync", "--discover", "--config", str(path), env=rrsa(world))
+    assert again.returncode == 0, again.stderr
+    (release,) = json.loads(again.stdout)
+    assert release["images"][0]["targets"][0]["action"] == "up-to-date"
+    summary = world.stop()
+    assert summary["leaks"] == [], summary["leaks"]
+    assert {call["role"] for call in summary["sts_calls"]} == {world.ready["role_arn"]}
+    tokens = [call for call in summary["openapi_calls"] if call["action"] == "GetAuthorizationToken"]
+    assert tokens and all(call["status"] == 200 and call["signature_verified"] for call in tokens)
+    assert {call["credential"] for call in tokens} == {"sts"} or all(call["access_key_id"] for call in tokens)
+    # the realm saw temporary logins only (and the anonymous pull check), each one still valid
+    assert {login["credential"] for login in summary["realm_logins"]} <= {"valid", "anonymous"}
+    for secret in (*secrets_of(world), Path(world.ready["token_file"]).read_text().strip()):
+        assert secret not in done.stdout + done.stderr + again.stdout + again.stderr
+
+
+def test_the_access_key_path_and_the_default_chain(tmp_path: Path, world: AliyunWorld) -> None:
+    for credentials in ("access_key", "default"):
+        path = config(world, tmp_path, credentials=credentials)
+        done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=access_key(world))
+        assert done.returncode == 0, done.stderr
+    principals = {call["principal"] for call in world.stop()["openapi_calls"]}
+    assert principals == {"user/mirror-ci"}
+
+
+@pytest.mark.parametrize("world", [{"login_seconds": 4, "slow_blobs": 2}], indirect=True)
+def test_a_copy_longer_than_the_login_completes_with_the_login_renewed(tmp_path: Path, world: AliyunWorld) -> None:
+    path = config(world, tmp_path, credentials="oidc_role_arn")
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=rrsa(world))
+    assert done.returncode == 0, done.stderr
+    summary = world.stop()
+    logins = [c for c in summary["openapi_calls"] if c["action"] == "GetAuthorizationToken" and c["status"] == 200]
+    assert len(logins) >= 2  # renewed before it lapsed
+    assert {login["credential"] for login in summary["realm_logins"]} <= {"valid", "anonymous", "expired"}
+
+
+def test_a_missing_namespace_is_explained_in_one_line_or_created(tmp_path: Path, world: AliyunWorld) -> None:
+    explained = config(world, tmp_path, namespace="mirror-new", credentials="access_key")
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(explained), env=access_key(world))
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if line.startswith("mirror: ")]
+    assert len(lines) == 1 and "namespace mirror-new" in lines[0] and "CreateNamespace" in lines[0], done.stderr
+    dry = config(world, tmp_path, namespace="mirror-new", credentials="access_key", provision=True)
+    planned = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(dry), "--dry-run", env=access_key(world))
+    # the plan cannot read a namespace that is not there yet; it says what a real run would do, and creates nothing
+    assert "namespace mirror-new on " in planned.stderr and "missing; would be created" in planned.stderr
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(dry), env=access_key(world))
+    assert done.returncode == 0, done.stderr
+    actions = [call["action"] for call in world.stop()["openapi_calls"] if call["status"] == 200]
+    assert actions.count("CreateNamespace") == 1  # by the provisioning run, never by the dry run
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("untrusted role", "AuthenticationFail"),
+        ("no permission", "cr:GetAuthorizationToken"),
+        ("unknown instance", "cri-nosuchinstance0"),
+    ],
+)
+def test_refusals_are_one_line_and_nothing_is_written(
+    tmp_path: Path, world: AliyunWorld, case: str, expected: str
+) -> None:
+    if case == "untrusted role":
+        env = {**rrsa(world), "ALIBABA_CLOUD_ROLE_ARN": world.ready["untrusted_role_arn"]}
+        path = config(world, tmp_path, credentials="oidc_role_arn")
+    elif case == "no permission":
+        env = access_key(world, "without_permission")
+        path = config(world, tmp_path, credentials="access_key")
+    else:
+        env = access_key(world)
+        path = config(world, tmp_path, credentials="access_key", instance_id="cri-nosuchinstance0")
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=env)
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if line.startswith("mirror: ")]
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    summary = world.stop()
+    assert [r for r in summary["registry_requests"] if r["method"] in ("PUT", "POST", "PATCH")] == []
+    for secret in secrets_of(world):
+        assert secret not in done.stdout + done.stderr
