@@ -79,3 +79,18 @@ def instance_of(service: str | None) -> str | None:
     """An Enterprise instance's id from its token challenge: `registry.aliyuncs.com:<region>:china:cri-<id>`."""
     match = _INSTANCE_IN_SERVICE.search(service or "")
     return match["instance"] if match else None
+
+
+PERSONAL_NAMESPACES = 3  # what a Personal Edition instance allows
+
+
+def missing_namespace_hint(registry: str, error: Exception) -> str:
+    """On a Personal Edition instance a push into a namespace that does not exist is refused: say where the
+    namespace is made, and the quota, since mirror cannot create one there."""
+    code = str(getattr(error, "code", "") or "")
+    if not is_personal(registry) or code not in ("DENIED", "NAME_UNKNOWN", "NAME_INVALID"):
+        return ""
+    return (
+        f" (if the namespace does not exist: create it in the ACR console, Personal Edition > Namespaces; "
+        f"an instance holds at most {PERSONAL_NAMESPACES} namespaces)"
+    )

@@ -170,3 +170,27 @@ def test_an_aliyun_login_takes_no_password_beside_it(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="logs in with a RAM identity; give no username or password"):
         load_settings(path)
+
+
+def test_a_refused_push_at_a_personal_instance_names_the_namespace_quota() -> None:
+    from mirror.acr import missing_namespace_hint
+    from mirror.registry import RegistryError
+
+    denied = RegistryError("push blob", "registry.cn-hangzhou.aliyuncs.com/ns/hami", 403, "DENIED", "denied")
+    assert "at most 3 namespaces" in missing_namespace_hint("registry.cn-hangzhou.aliyuncs.com", denied)
+    assert missing_namespace_hint("hami-registry.cn-hangzhou.cr.aliyuncs.com", denied) == ""  # Enterprise: looked up
+    other = RegistryError("push blob", "x", 500, "", "boom")
+    assert missing_namespace_hint("registry.cn-hangzhou.aliyuncs.com", other) == ""
+
+
+def test_an_aliyun_login_without_the_sdks_installed_fails_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.startswith("alibabacloud") else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"aliyun: .*needs the Alibaba Cloud SDKs: pip install 'mirror\[aliyun\]'"):
+        load_settings(config_with_aliyun(tmp_path, ENTERPRISE))

@@ -307,7 +307,7 @@ class Syncer:
         try:
             await self._copy_and_verify(job, ref, resolved, current, result)
         except EXPECTED_FAILURES as exc:
-            result.action, result.error = "failed", str(exc)
+            result.action, result.error = "failed", str(exc) + acr.missing_namespace_hint(ref.target.registry, exc)
         if result.error:
             self.progress.event(f"{job.image.name}:{job.tag} -> {ref.name}: FAILED: {result.error}")
         return result
