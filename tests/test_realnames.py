@@ -51,11 +51,12 @@ class World:
         return dict(json.loads((self.directory / "summary.json").read_text()))
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def start_world(tmp_path: Path, *flags: str) -> World:
+    """`python -m tests.realnames` in a network and mount namespace of its own, once its ready.json is there
+    (written whole: it appears renamed into place)."""
     directory = tmp_path / "world"
     log = (tmp_path / "world.log").open("wb")
-    command = ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tests.realnames", str(directory)]
+    command = ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tests.realnames", str(directory), *flags]
     process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     deadline = time.monotonic() + 60
@@ -63,8 +64,12 @@ def world(tmp_path: Path) -> Iterator[World]:
         assert process.poll() is None, (tmp_path / "world.log").read_text()
         assert time.monotonic() < deadline, "the world did not start"
         time.sleep(0.1)
-    time.sleep(0.05)  # the file is written in one call; let it land
-    running = World(directory, process, json.loads((directory / "ready.json").read_text()))
+    return World(directory, process, json.loads((directory / "ready.json").read_text()))
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    running = start_world(tmp_path)
     yield running
     running.stop()
 

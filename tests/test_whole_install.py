@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from tests.realnames import (
     QUAY_REALM,
 )
 from tests.support import beyond_heads
-from tests.test_realnames import NAMESPACE, ROOT, World, shipped_config
+from tests.test_realnames import NAMESPACE, ROOT, World, shipped_config, start_world
 from tests.test_samplewebui import EVERYTHING_ON, everything_run
 
 DCGM = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.7-3.5.0-ubuntu22.04"
@@ -47,17 +46,7 @@ KSM_PATH = "/v2/kube-state-metrics/kube-state-metrics/manifests/v2.13.0"
 @pytest.fixture
 def whole_world(tmp_path: Path) -> Iterator[World]:
     """The real-names world with the whole install's registries and charts (`--whole-install`)."""
-    directory = tmp_path / "world"
-    log = (tmp_path / "world.log").open("wb")
-    command = ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tests.realnames", str(directory)]
-    process = subprocess.Popen([*command, "--whole-install"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    deadline = time.monotonic() + 60
-    while not (directory / "ready.json").exists():
-        assert process.poll() is None, (tmp_path / "world.log").read_text()
-        assert time.monotonic() < deadline, "the world did not start"
-        time.sleep(0.1)
-    running = World(directory, process, json.loads((directory / "ready.json").read_text()))
+    running = start_world(tmp_path, "--whole-install")
     yield running
     running.stop()
 
