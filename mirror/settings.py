@@ -44,6 +44,12 @@ def _platform(value: str) -> str:
     return value
 
 
+def _plain_name(value: str | None) -> str | None:
+    if value is not None and not _NAME.match(value):
+        raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
+    return value
+
+
 def _plain_file_name(value: str) -> str:
     if "/" in value or value in {"", ".", ".."}:
         raise ValueError("must be a plain file name")
@@ -179,9 +185,7 @@ class TargetSettings(_Model):
     @field_validator("name", "pull_secret", "pull_secret_name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME.match(value):
-            raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
-        return value
+        return _plain_name(value)
 
     @field_validator("namespace")
     @classmethod
@@ -354,9 +358,7 @@ class InstallChartSettings(_Model):
     @field_validator("name", "release", "namespace")
     @classmethod
     def _names(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME.match(value):
-            raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
-        return value
+        return _plain_name(value)
 
     @field_validator("version")
     @classmethod

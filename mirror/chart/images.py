@@ -75,7 +75,7 @@ def kube_tag(kube_version: str) -> str:
 def image_blocks(chart: ChartArchive, kube_version: str, overrides: dict[str, Any] | None = None) -> list[ImageBlock]:
     """Every image reference of the chart and its subcharts, in file order (the chart's own first), with the
     values the user passes (`overrides`) layered over the chart's defaults."""
-    values = deep_merge(_values(chart), overrides or {})
+    values = deep_merge(chart.values(), overrides or {})
     budget = _Budget(chart)
     return list(_chart_blocks(chart, values, (), "", True, kube_version, values.get("tags"), budget))
 
@@ -104,13 +104,6 @@ class _Budget:
         return f"chart {self.chart.name} {self.chart.version}"
 
 
-def _values(chart: ChartArchive) -> dict[str, Any]:
-    try:
-        return chart.values()
-    except RecursionError:
-        raise ChartError(f"chart {chart.name} {chart.version}: values.yaml is nested too deep") from None
-
-
 def _chart_blocks(
     chart: ChartArchive,
     values: dict[str, Any],
@@ -129,7 +122,7 @@ def _chart_blocks(
         if block is not None:
             yield replace(block, path=prefix + block.path, enabled=enabled, chart=chart_path)
     for subchart, key, on in dependencies:
-        own = _values(subchart)
+        own = subchart.values()
         merged = deep_merge(own, _mapping(values.get(key)))
         merged["global"] = deep_merge(_mapping(own.get("global")), _mapping(values.get("global")))
         inner = f"{chart_path}/{key}" if chart_path else key
@@ -148,7 +141,7 @@ def _dependencies(
         for entry in entries or [{}]:
             budget.instance()
             key = str(entry.get("alias") or subchart.name)
-            scoped = deep_merge({key: _values(subchart)}, values)
+            scoped = deep_merge({key: subchart.values()}, values)
             yield subchart, key, _enabled(entry, scoped, tags)
 
 
@@ -164,7 +157,7 @@ def every_subchart_on(chart: ChartArchive) -> dict[str, Any]:
 def _switch_on(
     chart: ChartArchive, prefix: tuple[str, ...], on: dict[str, Any], tags: dict[str, bool], budget: _Budget
 ) -> None:
-    values = _values(chart)
+    values = chart.values()
     for subchart, key, _ in _dependencies(chart, values, None, budget):
         entry = next((d for d in chart.dependencies() if str(d.get("alias") or d["name"]) == key), {})
         condition = str(entry.get("condition") or "").split(",")[0].strip()
@@ -316,7 +309,7 @@ def pull_secret_paths(chart: ChartArchive) -> list[tuple[str, ...]]:
 
 
 def _secret_paths(chart: ChartArchive, prefix: tuple[str, ...], budget: _Budget) -> Iterator[tuple[str, ...]]:
-    values = _values(chart)
+    values = chart.values()
     for key, value in values.items():
         if key == "imagePullSecrets" and isinstance(value, list):
             yield (*prefix, key)

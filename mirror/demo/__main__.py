@@ -96,8 +96,7 @@ def main() -> int:
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         digests = asyncio.run(seed_sources(MirrorSettings(**config), sources))
         charts.repository("/HAMi").add("hami", VERSION.removeprefix("v"), hami_chart(sources["hub"], "2.10.0"))
-        hosts = {"hub": sources["hub"], "nvcr": sources["nvcr"], "quay": sources["quay"], "k8s": sources["k8s"]}
-        webui = webui_chart(digests, WEBUI_VERSION, **hosts)
+        webui = webui_chart(digests, WEBUI_VERSION, **sources)  # keyed hub, nvcr, quay, k8s as the chart takes them
         charts.repository("/HAMi-WebUI").add("hami-webui", WEBUI_VERSION, webui)
         mirror = [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config_path)]
         os.environ.setdefault("ACR_PASSWORD", "demo-password")  # the config names it; the demo target needs none

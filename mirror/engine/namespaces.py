@@ -4,6 +4,7 @@ in to with a RAM identity (`registries.<host>.aliyun`), found, created, or expla
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from mirror.engine.clients import Clients
 from mirror.engine.jobs import ReleaseJob
@@ -12,6 +13,9 @@ from mirror.reference import api_host
 from mirror.registry import RegistryError, RegistryUnreachable
 from mirror.registry.credentials import CredentialError
 from mirror.settings import MirrorSettings, TargetSettings
+
+if TYPE_CHECKING:
+    from mirror.aliyun.login import AcrLogin
 
 
 async def prepare_namespaces(
@@ -22,7 +26,7 @@ async def prepare_namespaces(
         login_settings = settings.registry(target.registry).aliyun
         if login_settings is None:
             continue
-        from mirror.aliyun.login import AcrLogin
+        from mirror.aliyun.login import AcrLogin  # only where a registry logs in with a RAM identity
         from mirror.aliyun.provision import ensure_namespace
 
         login = clients.login(target.registry)
@@ -32,7 +36,7 @@ async def prepare_namespaces(
         progress.event(note)
 
 
-async def _instance(clients: Clients, target: TargetSettings, jobs: list[ReleaseJob], login: object) -> str:
+async def _instance(clients: Clients, target: TargetSettings, jobs: list[ReleaseJob], login: AcrLogin) -> str:
     """The instance the registry names in its challenge: learned by the login its first request makes (a HEAD of
     a tag this run asks for anyway)."""
     job = next((image for release in jobs for image in release.images), None)
@@ -40,7 +44,7 @@ async def _instance(clients: Clients, target: TargetSettings, jobs: list[Release
         ref = next(r for r in job.targets if r.name == target.name)
         with contextlib.suppress(RegistryError, RegistryUnreachable):  # a missing namespace may refuse it: the
             await clients[api_host(target.registry)].head_manifest(ref.repository.name, job.tag)  # login came first
-    instance = getattr(login, "instance", None)
-    if not isinstance(instance, str):
+    instance = login.instance
+    if instance is None:
         raise CredentialError(f"{target.registry}: no Enterprise instance id known; set aliyun.instance_id")
     return instance

@@ -107,28 +107,12 @@ class RegistryClient:
         except httpx.TransportError as exc:
             raise RegistryUnreachable(action, where, exc) from exc
 
-    @asynccontextmanager
-    async def _follow(
-        self,
-        action: str,
-        where: str,
-        method: str,
-        url: str | httpx.URL,
-        headers: dict[str, str] | None = None,
-        any_location: bool = False,
-    ) -> AsyncIterator[httpx.Response]:
-        """A GET or HEAD that follows redirects to the registry API (`any_location`: anywhere, for blobs),
-        other hosts never getting our credentials: see redirects.py. The body is the caller's to read."""
-        try:
-            async with self.redirects.stream(action, where, method, url, headers, any_location) as response:
-                yield response
-        except httpx.TransportError as exc:
-            raise RegistryUnreachable(action, where, exc) from exc
-
     async def _head(
         self, action: str, where: str, url: str, headers: dict[str, str] | None = None, any_location: bool = False
     ) -> httpx.Response:
-        async with self._follow(action, where, "HEAD", url, headers, any_location) as response:
+        """A HEAD that follows redirects to the registry API (`any_location`: anywhere, for blobs), other hosts
+        never getting our credentials: see redirects.py."""
+        async with self.redirects.stream(action, where, "HEAD", url, headers, any_location) as response:
             return response  # a HEAD has no body: its headers outlive the connection
 
     # -- manifests ---------------------------------------------------------------------------------
@@ -165,7 +149,7 @@ class RegistryClient:
 
     async def _get_manifest(self, repository: str, ref: str, where: str) -> Manifest:
         url = f"/v2/{repository}/manifests/{ref}"
-        async with self._follow("fetch manifest", where, "GET", url, {"Accept": MANIFEST_ACCEPT}) as response:
+        async with self.redirects.stream("fetch manifest", where, "GET", url, {"Accept": MANIFEST_ACCEPT}) as response:
             self._note_rate_limit(response)
             await raise_for_response(response, "fetch manifest", where)
             raw = bytearray()
@@ -245,7 +229,7 @@ class RegistryClient:
         if start:
             headers["Range"] = f"bytes={start}-"
         url = f"/v2/{repository}/blobs/{digest}"
-        async with self._follow("fetch blob", where, "GET", url, headers, any_location=True) as response:
+        async with self.redirects.stream("fetch blob", where, "GET", url, headers, any_location=True) as response:
             await raise_for_response(response, "fetch blob", where)
             served_from = start if start and response.status_code == 206 else 0
             yield BlobBody(response.aiter_bytes(self.chunk_size), served_from)
@@ -355,7 +339,7 @@ class RegistryClient:
     ) -> tuple[bytes, httpx.Response]:
         """GET a small document, refusing bodies over `limit` bytes; returns the body and the response (its
         headers: the content type, the next-page link)."""
-        async with self._follow(action, where, "GET", url, headers) as response:
+        async with self.redirects.stream(action, where, "GET", url, headers) as response:
             await raise_for_response(response, action, where)
             body = bytearray()
             async for chunk in response.aiter_bytes():

@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 import httpx
 
 from mirror.registry.auth import RegistryAuth
-from mirror.registry.errors import RegistryError
+from mirror.registry.errors import RegistryError, RegistryUnreachable
 
 MAX_REDIRECTS = 5
 
@@ -72,20 +72,24 @@ class Redirects:
         any_location: bool = False,
     ) -> AsyncIterator[httpx.Response]:
         """The last answer, its body not yet read. Redirect bodies are closed unread. More than
-        MAX_REDIRECTS hops is a RegistryError (a loop fails at once instead of spinning)."""
-        target: str | httpx.URL = url
-        for hop in range(MAX_REDIRECTS + 1):
-            request = self.http.build_request(method, target, headers=headers)
-            response = await self.http.send(request, auth=self.auth_for(request.url), stream=True)
-            following = next_hop(response, any_location)
-            if following is None:
-                break
-            await response.aclose()
-            if hop == MAX_REDIRECTS:
-                message = f"more than {MAX_REDIRECTS} redirects, the last to {following.copy_with(query=None)}"
-                raise RegistryError(action, where, response.status_code, "", message)
-            target = following
+        MAX_REDIRECTS hops is a RegistryError (a loop fails at once instead of spinning); a connection that fails,
+        before the answer or while its body is read, is RegistryUnreachable."""
         try:
-            yield response
-        finally:
-            await response.aclose()
+            target: str | httpx.URL = url
+            for hop in range(MAX_REDIRECTS + 1):
+                request = self.http.build_request(method, target, headers=headers)
+                response = await self.http.send(request, auth=self.auth_for(request.url), stream=True)
+                following = next_hop(response, any_location)
+                if following is None:
+                    break
+                await response.aclose()
+                if hop == MAX_REDIRECTS:
+                    message = f"more than {MAX_REDIRECTS} redirects, the last to {following.copy_with(query=None)}"
+                    raise RegistryError(action, where, response.status_code, "", message)
+                target = following
+            try:
+                yield response
+            finally:
+                await response.aclose()
+        except httpx.TransportError as exc:
+            raise RegistryUnreachable(action, where, exc) from exc
