@@ -293,8 +293,12 @@ class TransferSettings(_Model):
     chunk_size: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)  # read buffer
     chunked_upload_threshold: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)  # larger blobs go in PATCHes
     upload_chunk_size: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
-    connect_timeout: float = Field(default=10.0, gt=0)
-    read_timeout: float = Field(default=120.0, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0, le=600)
+    read_timeout: float = Field(default=120.0, gt=0, le=3600)  # the longest wait for the next bytes
+    # the whole of one request, its retries and its body included (a manifest, a token, a chart index): a peer
+    # that trickles a byte per read timeout cannot hold a run longer; a blob gets this plus its size at min_rate
+    deadline: float = Field(default=300.0, gt=0, le=86400)
+    min_rate: int = Field(default=64 * 1024, ge=1024)  # bytes per second a blob read may average, at the least
     max_blob_size: int = Field(default=50 * 1024**3, ge=1024)  # a descriptor claiming more is refused unread
 
 
@@ -313,6 +317,7 @@ class ChartSettings(_Model):
     # images of subcharts switched off by default: mirror them too (all), so turning one on later needs no
     # second trip, or only those of subcharts that are on (enabled)
     subcharts: Literal["all", "enabled"] = "all"
+    max_images: int = Field(default=200, ge=1, le=5000)  # image blocks one chart (with its subcharts) may bring
 
     @field_validator("repository")
     @classmethod
@@ -496,6 +501,12 @@ class ServiceSettings(_Model):
     api_token_file: Path | None = None
     lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)  # a running job's lease, renewed at 1/3
     poll_seconds: float = Field(default=1.0, gt=0, le=60.0)  # how often an idle replica looks for work
+    # the HTTP server's doors: a request's headers and its body must arrive within these, an idle keep-alive
+    # connection is closed after keepalive_seconds, and connections past max_connections are answered 503
+    header_seconds: float = Field(default=10.0, gt=0, le=300.0)
+    body_seconds: float = Field(default=30.0, gt=0, le=600.0)
+    keepalive_seconds: float = Field(default=5.0, gt=0, le=300.0)
+    max_connections: int = Field(default=100, ge=1, le=10000)
 
     @field_validator("api_token")
     @classmethod
