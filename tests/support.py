@@ -206,3 +206,33 @@ def cdn_server(
 
 
 http_server = serve  # a handler served on a background thread, over TLS when given a context (mirror/demo/serving.py)
+
+
+MEMORY_LIMIT = 1536 * 1024 * 1024  # address space for a bounded run: Helm's Go runtime needs about 1 GiB of it
+
+
+@dataclass(frozen=True)
+class BoundedRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def error_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def run_bounded(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, seconds: float = 120.0, memory: int = MEMORY_LIMIT
+) -> BoundedRun:
+    """`python -m mirror <args>` under an address-space limit (`prlimit --as`) and a wall-clock bound: what a
+    hostile input may cost. A run over either bound fails the test (TimeoutExpired, or the exit a MemoryError
+    gives)."""
+    import os
+    import subprocess
+    import sys
+
+    command = ["prlimit", f"--as={memory}", "--", sys.executable, "-m", "mirror", *args]
+    done = subprocess.run(
+        command, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=seconds
+    )
+    return BoundedRun(done.returncode, done.stdout, done.stderr)
