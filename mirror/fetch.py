@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import httpx
 
-from mirror.registry.retry import RetryPolicy, RetryTransport
+from mirror.registry.retry import RetryPolicy
+from mirror.registry.transport import layered
 
 
 class FetchError(Exception):
     """A read that did not give a body: a status, a body over its limit, or the network; one line."""
 
 
-def http_client(timeout: float, retry: RetryPolicy) -> httpx.AsyncClient:
-    transport = RetryTransport(httpx.AsyncHTTPTransport(), retry)
+def http_client(
+    timeout: float, retry: RetryPolicy, deadline: float = 300.0, min_rate: int = 64 * 1024
+) -> httpx.AsyncClient:
+    transport = layered(httpx.AsyncHTTPTransport(), retry, deadline, min_rate)
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True)
 
 

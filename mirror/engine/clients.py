@@ -39,6 +39,8 @@ def client_options(
         max_connections=registry.max_connections,
         connect_timeout=transfer.connect_timeout,
         read_timeout=transfer.read_timeout,
+        deadline=transfer.deadline,
+        min_rate=transfer.min_rate,
         chunk_size=transfer.chunk_size,
         retry=retry_policy(settings.retry),
         pull_budget=PullBudgetOptions(budget.floor, budget.max_wait, budget.poll_interval),

@@ -30,6 +30,8 @@ class ClientOptions:
     max_connections: int = 16
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
+    deadline: float = 300.0  # a whole request, retries and bodies included (deadline.py)
+    min_rate: int = 64 * 1024  # bytes per second a body is given on top of the deadline
     chunk_size: int = 1024 * 1024  # read buffer for blob bodies
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     pull_budget: PullBudgetOptions = field(default_factory=PullBudgetOptions)

@@ -6,15 +6,24 @@ import httpx
 
 from mirror import __version__
 from mirror.registry.auth import RegistryAuth
+from mirror.registry.cancelsafe import CancelSafeTransport
 from mirror.registry.credentials import Credentials, resolve_credentials
+from mirror.registry.deadline import DeadlineTransport
 from mirror.registry.options import ClientOptions
-from mirror.registry.retry import RetryTransport
+from mirror.registry.retry import RetryPolicy, RetryTransport
 
 USER_AGENT = f"mirror/{__version__}"
 
 
 def base_url(host: str, plain_http: bool) -> str:
     return f"{'http' if plain_http else 'https'}://{host}"
+
+
+def layered(
+    connections: httpx.AsyncBaseTransport, retry: RetryPolicy, deadline: float, min_rate: int
+) -> DeadlineTransport:
+    """The transport stack under every client: a deadline over the retries over cancel-safe connections."""
+    return DeadlineTransport(RetryTransport(CancelSafeTransport(connections), retry), deadline, min_rate)
 
 
 def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
@@ -30,7 +39,7 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
     connections = httpx.AsyncHTTPTransport(limits=limits, verify=not options.plain_http)
     return httpx.AsyncClient(
         base_url=base_url(host, options.plain_http),
-        transport=RetryTransport(connections, options.retry),
+        transport=layered(connections, options.retry, options.deadline, options.min_rate),
         auth=RegistryAuth(host, credentials),
         headers={"User-Agent": USER_AGENT},
         timeout=httpx.Timeout(options.read_timeout, connect=options.connect_timeout),
