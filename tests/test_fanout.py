@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,3 +53,42 @@ def test_a_spool_too_small_falls_back_to_reading_per_target(
     assert len(blob_gets) >= 3 * len(set(hami.blobs))  # no spool: every target read for itself
     for target in three_targets:
         assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
+
+
+SPOOL_THEN = """
+import os, signal, sys, time
+from pathlib import Path
+from mirror.engine.fanout import Spool
+spool = Spool(1 << 20, 65536, Path(sys.argv[1]))
+(spool._directory() / "sha256-partial").write_bytes(b"half a blob")
+print(spool._directory(), flush=True)
+if sys.argv[2] == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(300)
+"""
+
+
+def _spool_of_a_process(spool_dir: Path, then: str) -> tuple[subprocess.Popen[str], Path]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", SPOOL_THEN, str(spool_dir), then], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    return process, Path(process.stdout.readline().strip())
+
+
+def test_a_spool_left_by_a_killed_run_is_swept_by_the_next_and_a_live_one_kept(
+    tmp_path: Path, source: LocalRegistry, three_targets: list[LocalRegistry]
+) -> None:
+    seed_release(source)
+    spool_dir = tmp_path / "spool"
+    killed, stale = _spool_of_a_process(spool_dir, "die")
+    assert killed.wait(timeout=60) == -signal.SIGKILL and (stale / "sha256-partial").is_file()
+    running, live = _spool_of_a_process(spool_dir, "live")
+    try:
+        config = write_config(tmp_path / "mirror.yaml", source, three_targets, spool={"dir": str(spool_dir)})
+        assert main(["sync", VERSION, "--config", str(config)]) == 0
+        assert not stale.exists()  # its run is gone: nobody holds its lock
+        assert (live / "sha256-partial").is_file()  # another run, alive, is using it
+    finally:
+        running.kill()
+        running.wait(timeout=60)

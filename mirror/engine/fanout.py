@@ -1,14 +1,19 @@
 """Fan-out: a source blob needed by several targets is read from the source once, spooled to a local file
 as it arrives, and every target's upload reads the spool at its own pace (no target waits for a slower
-one). The spool is bounded in size (a blob that does not fit is streamed from the source as usual) and
-removed at the end of the run."""
+one). The spool is bounded in size, and by the disk's free space (a blob that does not fit is streamed from
+the source as usual), and removed at the end of the run. A run that was killed cannot remove its spool: each
+spool holds a lock for its run's life, and the next run removes spools whose lock nobody holds."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,6 +27,39 @@ from mirror.oci import Descriptor
 from mirror.registry import BlobBody
 
 log = logging.getLogger("mirror")
+
+SPOOL_PREFIX = "mirror-spool-"
+OWNER_FILE = ".owner"  # flocked by the run that made the spool, released by the kernel when it dies
+UNLOCKED_GRACE = 600.0  # a spool made but not yet locked (a run starting right now) is left alone this long
+FREE_SPACE_MARGIN = 256 * 1024 * 1024  # never fill the spool's disk closer than this
+
+
+def sweep_stale_spools(parent: Path) -> list[Path]:
+    """Remove the spools under `parent` whose run is gone (killed before it could clean up)."""
+    removed = []
+    for path in parent.glob(f"{SPOOL_PREFIX}*"):
+        if path.is_dir() and not path.is_symlink() and _abandoned(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    if removed:
+        log.info("removed %d spool(s) left by runs that did not finish: %s", len(removed), ", ".join(map(str, removed)))
+    return removed
+
+
+def _abandoned(spool: Path) -> bool:
+    try:
+        fd = os.open(spool / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return time.time() - spool.stat().st_mtime > UNLOCKED_GRACE
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # its run is alive
+    finally:
+        os.close(fd)
+    return True
 
 
 @dataclass
@@ -78,7 +116,10 @@ class Spool:
         self._dir: Path | None = None
         self._entries: dict[str, _Entry] = {}
         self._reserved = 0
+        self._owner: int | None = None
         self.source_reads = 0
+        with contextlib.suppress(OSError):
+            sweep_stale_spools(directory or Path(tempfile.gettempdir()))
 
     def origin(self, source: RegistryOrigin) -> SpooledOrigin:
         return SpooledOrigin(self, source)
@@ -87,14 +128,25 @@ class Spool:
         if self._dir is None:
             if self._parent is not None:
                 self._parent.mkdir(parents=True, exist_ok=True)
-            self._dir = Path(tempfile.mkdtemp(prefix="mirror-spool-", dir=self._parent))
+            self._dir = Path(tempfile.mkdtemp(prefix=SPOOL_PREFIX, dir=self._parent))
+            self._owner = os.open(self._dir / OWNER_FILE, os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(self._owner, fcntl.LOCK_EX)
         return self._dir
+
+    def _room_for(self, size: int) -> bool:
+        """The spool's disk can take `size` more bytes (besides what is reserved), with a margin to spare."""
+        try:
+            free = shutil.disk_usage(self._directory()).free
+        except OSError:
+            return False
+        unwritten = sum(e.size - e.written for e in self._entries.values() if not e.failed)
+        return free - unwritten - FREE_SPACE_MARGIN >= size
 
     def _entry(self, source: RegistryOrigin, blob: Descriptor) -> _Entry | None:
         entry = self._entries.get(blob.digest)
         if entry is not None and not entry.failed:
             return entry
-        if entry is None and self._reserved + blob.size > self.max_bytes:
+        if entry is None and (self._reserved + blob.size > self.max_bytes or not self._room_for(blob.size)):
             return None
         if entry is None:
             self._reserved += blob.size
@@ -122,6 +174,9 @@ class Spool:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+        if self._owner is not None:
+            os.close(self._owner)
+            self._owner = None
         self._entries.clear()
 
 
