@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +12,7 @@ import yaml
 from mirror.acr import vpc_host_for
 from mirror.chart.images import ImageBlock
 from mirror.chart.merge import deep_merge
+from mirror.output import write_all
 from mirror.release import VersionError, chart_version, version_key
 from mirror.settings import MirrorSettings, TargetSettings, ValuesSettings
 
@@ -194,19 +193,6 @@ def helm_command(spec: ChartSpec, chart_version: str, chart: str, path: Path) ->
     return f"helm install {spec.release} {chart} -n {spec.namespace}{create}{version_flag} -f {path}"
 
 
-def write_atomically(path: Path, content: str | bytes) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content.encode() if isinstance(content, str) else content)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass(frozen=True, slots=True)
 class ChartSpec:
     """One chart of the install as a release needs it: how it is installed and where its values go."""
@@ -248,12 +234,14 @@ def write_values(
     directories = [settings.output_dir / target.name / version]
     if latest:
         directories.append(settings.output_dir / target.name)
+    files: dict[Path, str | bytes] = {}
     for directory in directories:
         if rbac is not None:
-            write_atomically(directory / RBAC_FILE_NAME, rbac)
+            files[directory / RBAC_FILE_NAME] = rbac
         if install.archive is not None:
-            write_atomically(directory / install.archive[0], install.archive[1])
-        write_atomically(directory / spec.file_name, text)
+            files[directory / install.archive[0]] = install.archive[1]
+        files[directory / spec.file_name] = text
+    write_all(files)  # the release's folder and the newest copy together, or neither
     path = directories[-1] / spec.file_name
     chart = str(directories[-1] / install.archive[0]) if install.archive else install.reference
     kubectl = kubectl_secret_command(target, settings.values, pull_secret, spec.namespace) if pull_secret else None

@@ -16,6 +16,7 @@ from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.naming import NameClash
+from mirror.output import OutputError
 from mirror.progress import progress_for
 from mirror.reference import ReferenceError
 from mirror.registry.credentials import CredentialError
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, VersionError, ReferenceError, NameClash) as exc:
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (LockTimeout, DiscoveryError, ChartError, CredentialError) as exc:  # nothing was written
+    except (LockTimeout, DiscoveryError, ChartError, CredentialError, OutputError) as exc:  # nothing was written
         print(f"mirror: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -39,6 +39,7 @@ from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
 from mirror.engine.verify import Verification, verify_copy
 from mirror.oci import INDEX_TYPES, Descriptor, ManifestError
+from mirror.output import check_writable
 from mirror.progress import Progress
 from mirror.reference import api_host
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
@@ -176,6 +177,9 @@ class Syncer:
             delivery = await deliver(self.settings, job, chart, target, result, client, latest)
         except (*EXPECTED_FAILURES, ChartError) as exc:
             delivery = Delivery(None, f"{chart.spec.name} values for {target.name} not written: {exc}")
+        except OSError as exc:  # the output went away or filled up since the run began: none of its files written
+            reason = f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)
+            delivery = Delivery(None, f"{chart.spec.name} values for {target.name} not written: {reason}")
         if delivery.values is None:
             result.errors.append(delivery.error or f"{chart.spec.name} values for {target.name} not written")
             self.progress.event(f"{job.version} {chart.spec.name} -> {target.name}: {delivery.error}")
@@ -548,6 +552,8 @@ async def sync(
 ) -> list[ReleaseResult]:
     """Validate the request, fetch the releases' charts, take the targets' locks, run over one client per
     registry host (the caller's, when it has them open already), close."""
+    if not options.dry_run:
+        check_writable(settings.output_dir, "output_dir")
     own = clients is None
     clients = clients or Clients(settings)
     try:
@@ -567,6 +573,8 @@ async def discover_and_sync(
 ) -> list[ReleaseResult]:
     """Find the releases the discovery filter selects at the source, then sync each of them. A source that
     cannot be listed raises DiscoveryError with one line, as a failed copy reports one line."""
+    if not options.dry_run:
+        check_writable(settings.output_dir, "output_dir")
     async with Clients(settings) as clients:
         try:
             versions = await discover(settings, clients[discovery_host(settings)])

@@ -1,0 +1,99 @@
+"""The output: checked before the first request (a run never copies only to fail at the end), and each
+delivery's files written all together or not at all, on real file systems that are read-only or full (a
+tmpfs mounted in a private mount namespace)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mirror.demo.localregistry import LocalRegistry
+from tests.support import run_bounded, write_config
+from tests.test_sync import VERSION, seed_release
+
+
+def _in_mount_namespace(mount: Path, options: str, command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`command` with a fresh tmpfs (`options`: size, ro) at `mount`, seen by this process alone."""
+    mount.mkdir(parents=True, exist_ok=True)
+    script = 'mount -t tmpfs -o "$0" tmpfs "$1" && shift && exec "$@"'
+    return subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, options, str(mount), *command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _marks(*registries: LocalRegistry) -> list[int]:
+    return [len(registry.access_log()) for registry in registries]
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_an_output_dir_that_is_a_file_stops_the_run_before_any_request(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    seed_release(source)
+    config = write_config(tmp_path / "mirror.yaml", source, [target])
+    (tmp_path / "out").write_text("not a directory")
+    marks = _marks(source, target)
+    done = run_bounded("sync", VERSION, "--config", str(config), cwd=tmp_path, seconds=60)
+    assert done.returncode == 1
+    assert "output_dir" in _one_line(done.stderr) and str(tmp_path / "out") in done.stderr
+    assert _marks(source, target) == marks  # not one request
+
+
+@pytest.mark.parametrize(("options", "reason"), [("size=16m,ro", "Read-only file system"), ("size=1m", "MB free")])
+def test_an_output_dir_read_only_or_nearly_full_stops_the_run_before_any_request(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, options: str, reason: str
+) -> None:
+    seed_release(source)
+    marks = _marks(source, target)
+    config = write_config(tmp_path / "mirror.yaml", source, [target])
+    command = [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config)]
+    done = _in_mount_namespace(tmp_path / "out", options, command, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert reason in _one_line(done.stderr)
+    assert _marks(source, target) == marks  # not one request
+
+
+WRITE_TWO_FOLDERS = """
+import sys
+from pathlib import Path
+from mirror.output import write_all
+root = Path(sys.argv[1])
+small, large = b"values: 1\\n", b"x" * (3 * 1024 * 1024)  # the tmpfs holds 2 MB
+try:
+    write_all({root / "t0" / "v2.10.0" / "values.yaml": small, root / "t0" / "v2.10.0" / "hami.tgz": large,
+               root / "t0" / "values.yaml": small, root / "t0" / "hami.tgz": large})
+except OSError as exc:
+    print("refused:", exc.strerror)
+print(sorted(str(p.relative_to(root)) for p in root.rglob("*")))
+"""
+
+
+def test_a_delivery_that_does_not_fit_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The release's folder and the newest copy are one set: on a full disk neither is written, and no
+    temporary file or empty folder is left."""
+    command = [sys.executable, "-c", WRITE_TWO_FOLDERS, str(tmp_path / "out")]
+    done = _in_mount_namespace(tmp_path / "out", "size=2m", command, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["refused: No space left on device", "[]"]
+
+
+def test_a_delivery_replaces_the_previous_files_together(tmp_path: Path) -> None:
+    from mirror.output import write_all
+
+    first = {tmp_path / "t0" / "v1" / "a.yaml": "one", tmp_path / "t0" / "a.yaml": "one"}
+    write_all(first)
+    write_all({path: "two" for path in first})
+    assert {p.read_text() for p in first} == {"two"}
+    assert sorted(p.name for p in (tmp_path / "t0").rglob("*")) == ["a.yaml", "a.yaml", "v1"]  # no temporaries
