@@ -18,9 +18,11 @@ class OutputError(Exception):
 
 
 def check_writable(directory: Path, what: str, min_free: int = MIN_FREE_BYTES) -> None:
-    """`directory` exists (or is made), is a directory, takes a file, and has `min_free` bytes free."""
+    """`directory` is (or can be made) a directory that takes a file and has `min_free` bytes free. Leaves
+    nothing behind: folders made for the check are removed again."""
+    made: list[Path] = []
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        made = _make_parents(directory)
         fd, probe = tempfile.mkstemp(prefix=".mirror-probe-", dir=directory)
         try:
             os.write(fd, b"probe")
@@ -31,6 +33,9 @@ def check_writable(directory: Path, what: str, min_free: int = MIN_FREE_BYTES) -
         free = shutil.disk_usage(directory).free
     except OSError as exc:
         raise OutputError(f"{what} {directory}: cannot write there: {exc.strerror or exc}") from None
+    finally:
+        for folder in reversed(made):
+            _remove_if_empty(folder)
     if free < min_free:
         raise OutputError(f"{what} {directory}: {free // 1024**2} MB free, a run needs {min_free // 1024**2} MB")
 

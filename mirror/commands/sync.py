@@ -23,8 +23,10 @@ from mirror.registry.credentials import CredentialError
 from mirror.release import VersionError
 from mirror.report import ReleaseResult
 from mirror.settings import ConfigError, MirrorSettings, load_settings
+from mirror.untrusted import clip
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
+MAX_LINE = 1000
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,10 +37,10 @@ def run(args: argparse.Namespace) -> int:
         options = SyncOptions(tuple(args.target), args.dry_run, args.deep, args.force)
         results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
     except (ConfigError, VersionError, ReferenceError, NameClash) as exc:
-        print(f"mirror: {exc}", file=sys.stderr)
+        say(exc)
         return EXIT_USAGE
     except (LockTimeout, DiscoveryError, ChartError, CredentialError, OutputError) as exc:  # nothing was written
-        print(f"mirror: {exc}", file=sys.stderr)
+        say(exc)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         print_summary(results)
     failures = [line for r in results for line in r.failures()]
     for line in failures:
-        print(f"mirror: {line}", file=sys.stderr)
+        say(line)
     if shutdown.stopping:
         print(
             f"mirror: stopped by SIGTERM; {len(failures)} copy(ies) left unfinished, no tag moved for them",
@@ -110,6 +112,12 @@ def print_summary(results: list[ReleaseResult]) -> None:
             if values.kubectl_command:
                 print(f"    anonymous pulls fail here: create the pull secret first: {values.kubectl_command}")
             print(f"    {values.helm_command}")
+
+
+def say(problem: object) -> None:
+    """A problem on stderr, each of its lines bounded (a name or a value from outside in it is cut short)."""
+    lines = [clip(line, MAX_LINE) for line in str(problem).splitlines()] or [""]
+    print("mirror: " + "\n".join(lines), file=sys.stderr)
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -72,8 +72,10 @@ class SignatureGate:
         self._trust: asyncio.Task[Trust] | None = None
 
     @classmethod
-    def open(cls, trusted_root: Path | None, max_bytes: int, timeout: float, retry: RetryPolicy) -> SignatureGate:
-        return cls(trusted_root, max_bytes, http_client(timeout, retry))
+    def open(
+        cls, trusted_root: Path | None, max_bytes: int, timeout: float, retry: RetryPolicy, deadline: float
+    ) -> SignatureGate:
+        return cls(trusted_root, max_bytes, http_client(timeout, retry, deadline))
 
     async def aclose(self) -> None:
         if self._trust is not None:

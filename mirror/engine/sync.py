@@ -225,7 +225,8 @@ class Syncer:
         if self._gate is None:
             signatures, timeout = self.settings.signatures, self.settings.transfer.read_timeout
             retry = retry_policy(self.settings.retry)
-            self._gate = SignatureGate.open(signatures.trusted_root, signatures.max_bytes, timeout, retry)
+            deadline = self.settings.transfer.deadline
+            self._gate = SignatureGate.open(signatures.trusted_root, signatures.max_bytes, timeout, retry, deadline)
         try:
             copies = await self._held_copies(job, digest, current)
             source = self.clients[job.source.registry]
@@ -552,12 +553,13 @@ async def sync(
 ) -> list[ReleaseResult]:
     """Validate the request, fetch the releases' charts, take the targets' locks, run over one client per
     registry host (the caller's, when it has them open already), close."""
+    versions = check_versions(settings, versions)
     if not options.dry_run:
         check_writable(settings.output_dir, "output_dir")
     own = clients is None
     clients = clients or Clients(settings)
     try:
-        charts = await fetch_install_charts(settings, check_versions(settings, versions), clients)
+        charts = await fetch_install_charts(settings, versions, clients)
         jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
         async with target_locks(settings, jobs, enabled=not options.dry_run):
             await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)

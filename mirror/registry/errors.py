@@ -6,6 +6,8 @@ import json
 
 import httpx
 
+from mirror.untrusted import clip
+
 MAX_ERROR_BODY = 64 * 1024
 
 
@@ -16,8 +18,8 @@ class RegistryError(Exception):
         self.action = action
         self.where = where
         self.status = status
-        self.code = code
-        self.message = message
+        self.code = clip(code, 100)
+        self.message = message = clip(message)  # the registry's words: bounded before they reach a log or a job
         detail = f"{status} {code}".strip() + (f": {message}" if message else "")
         super().__init__(f"{action} {where}: {detail}")
 
@@ -30,7 +32,7 @@ class RegistryUnreachable(Exception):
     """The registry could not be reached at all (DNS, connection refused, TLS, timeout)."""
 
     def __init__(self, action: str, where: str, cause: Exception) -> None:
-        reason = str(cause) or type(cause).__name__
+        reason = clip(str(cause)) or type(cause).__name__
         super().__init__(f"{action} {where}: registry unreachable: {reason}")
 
 
@@ -66,5 +68,5 @@ async def raise_for_response(response: httpx.Response, action: str, where: str) 
     # Redirects to the registry API were followed (redirects.py): this one leads to a web site, e.g. docker.io
     # instead of registry-1.docker.io.
     if response.is_redirect:
-        message = f"redirected to {response.headers.get('Location', '?')}: not a registry API endpoint"
+        message = f"redirected to {clip(response.headers.get('Location', '?'))}: not a registry API endpoint"
     raise RegistryError(action, where, response.status_code, code, message)
