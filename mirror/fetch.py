@@ -7,6 +7,7 @@ import httpx
 
 from mirror.registry.retry import RetryPolicy
 from mirror.registry.transport import layered
+from mirror.untrusted import clip
 
 
 class FetchError(Exception):
@@ -22,18 +23,19 @@ def http_client(
 
 async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:
     """GET `url` (200 only), refusing a body over `limit` bytes whether declared or streamed."""
+    shown = clip(url, 200)
     try:
         async with client.stream("GET", url) as response:
             if response.status_code != 200:
-                raise FetchError(f"{what}: GET {url} answered {response.status_code}")
+                raise FetchError(f"{what}: GET {shown} answered {response.status_code}")
             declared = response.headers.get("Content-Length", "")
             if declared.isdigit() and int(declared) > limit:
-                raise FetchError(f"{what}: {url} is {declared} bytes (limit {limit})")
+                raise FetchError(f"{what}: {shown} is {declared} bytes (limit {limit})")
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body += chunk
                 if len(body) > limit:
-                    raise FetchError(f"{what}: {url} is over {limit} bytes")
+                    raise FetchError(f"{what}: {shown} is over {limit} bytes")
             return bytes(body)
     except httpx.HTTPError as exc:
-        raise FetchError(f"{what}: GET {url}: {type(exc).__name__}: {exc}") from None
+        raise FetchError(f"{what}: GET {shown}: {type(exc).__name__}: {clip(str(exc))}") from None

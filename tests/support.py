@@ -208,7 +208,7 @@ def cdn_server(
 http_server = serve  # a handler served on a background thread, over TLS when given a context (mirror/demo/serving.py)
 
 
-MEMORY_LIMIT = 1536 * 1024 * 1024  # address space for a bounded run: Helm's Go runtime needs about 1 GiB of it
+MEMORY_LIMIT = 2048 * 1024 * 1024  # address space for a bounded run: Helm's Go runtime, in-process, needs most of it
 
 
 @dataclass(frozen=True)

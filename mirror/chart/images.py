@@ -30,7 +30,10 @@ from mirror.reference import ReferenceError, Repository, is_valid_digest, is_val
 DEFAULT_REGISTRY = "docker.io"
 MAX_VALUES_DEPTH = 64  # deeper than any real chart; deeper nesting is not walked
 MAX_INSTANCES = 256  # subcharts (each alias an instance) read in one chart, at every depth together
-MAX_VALUES_NODES = 200_000  # mappings walked in one chart's values: YAML aliases can multiply a small file
+# mappings and keys read in one chart's values, its subcharts' merged in as often as they are instances (the
+# largest real charts, kube-prometheus-stack with its subcharts, read about 20,000)
+MAX_VALUES_NODES = 200_000
+MAX_KEY_CHARS = 256  # a values key longer than this is not walked for image blocks
 Shape = Literal["block", "repository", "string"]
 
 
@@ -72,12 +75,23 @@ def kube_tag(kube_version: str) -> str:
     return "v" + kube_version.removeprefix("v")
 
 
-def image_blocks(chart: ChartArchive, kube_version: str, overrides: dict[str, Any] | None = None) -> list[ImageBlock]:
+def image_blocks(
+    chart: ChartArchive, kube_version: str, overrides: dict[str, Any] | None = None, max_images: int | None = None
+) -> list[ImageBlock]:
     """Every image reference of the chart and its subcharts, in file order (the chart's own first), with the
-    values the user passes (`overrides`) layered over the chart's defaults."""
+    values the user passes (`overrides`) layered over the chart's defaults; more than `max_images` (the setting
+    `chart.max_images`) is refused."""
     values = deep_merge(chart.values(), overrides or {})
     budget = _Budget(chart)
-    return list(_chart_blocks(chart, values, (), "", True, kube_version, values.get("tags"), budget))
+    blocks = []
+    for block in _chart_blocks(chart, values, (), "", True, kube_version, values.get("tags"), budget):
+        blocks.append(block)
+        if max_images is not None and len(blocks) > max_images:
+            raise ChartError(
+                f"chart {chart.name} {chart.version}: {len(blocks)} image blocks found so far, more than "
+                f"chart.max_images ({max_images})"
+            )
+    return blocks
 
 
 @dataclass
@@ -94,10 +108,13 @@ class _Budget:
         if self.instances < 0:
             raise ChartError(f"{self._where}: more than {MAX_INSTANCES} subchart instances (aliases included)")
 
-    def node(self) -> None:
-        self.nodes -= 1
+    def node(self, cost: int = 1) -> None:
+        self.nodes -= cost
         if self.nodes < 0:
-            raise ChartError(f"{self._where}: values with more than {MAX_VALUES_NODES} mappings (YAML aliases?)")
+            raise ChartError(
+                f"{self._where}: values too large to read, more than {MAX_VALUES_NODES} mappings and keys with "
+                "its subcharts' (YAML aliases?)"
+            )
 
     @property
     def _where(self) -> str:
@@ -114,7 +131,7 @@ def _chart_blocks(
     tags: Any,
     budget: _Budget,
 ) -> Iterator[ImageBlock]:
-    scope = _Scope(_mapping(values.get("global")), chart.app_version, kube_version)
+    scope = _Scope(_global_values(chart, values), chart.app_version, kube_version)
     dependencies = list(_dependencies(chart, values, tags, budget))
     subchart_keys = frozenset(key for _, key, _ in dependencies)
     for path, found in _walk(values, (), 0, subchart_keys, budget):
@@ -123,8 +140,8 @@ def _chart_blocks(
             yield replace(block, path=prefix + block.path, enabled=enabled, chart=chart_path)
     for subchart, key, on in dependencies:
         own = subchart.values()
-        merged = deep_merge(own, _mapping(values.get(key)))
-        merged["global"] = deep_merge(_mapping(own.get("global")), _mapping(values.get("global")))
+        merged = _merge(own, _mapping(values.get(key)), budget)
+        merged["global"] = _merge(_global_values(subchart, own), _mapping(values.get("global")), budget)
         inner = f"{chart_path}/{key}" if chart_path else key
         yield from _chart_blocks(subchart, merged, (*prefix, key), inner, enabled and on, kube_version, tags, budget)
 
@@ -136,13 +153,27 @@ def _dependencies(
     the first `condition` path that holds a boolean (in the parent's values over the subchart's own defaults)
     wins, else any true tag turns it on, else it is on. A subchart listed twice under two aliases is two
     instances; one not listed at all is on, under its name."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for entry in chart.dependencies():
+        by_name.setdefault(entry["name"], []).append(entry)
     for subchart in chart.subcharts:
-        entries = [d for d in chart.dependencies() if d["name"] == subchart.name]
-        for entry in entries or [{}]:
+        for entry in by_name.get(subchart.name) or [{}]:
             budget.instance()
             key = str(entry.get("alias") or subchart.name)
-            scoped = deep_merge({key: subchart.values()}, values)
+            scoped = _merge({key: subchart.values()}, values, budget)
             yield subchart, key, _enabled(entry, scoped, tags)
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any], budget: _Budget) -> dict[str, Any]:
+    """`deep_merge` for two sides from the chart: what it reads is charged to the budget."""
+    budget.node(1 + len(extra))
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value, budget)
+        else:
+            merged[key] = value
+    return merged
 
 
 def every_subchart_on(chart: ChartArchive) -> dict[str, Any]:
@@ -161,7 +192,7 @@ def _switch_on(
     for subchart, key, _ in _dependencies(chart, values, None, budget):
         entry = next((d for d in chart.dependencies() if str(d.get("alias") or d["name"]) == key), {})
         condition = str(entry.get("condition") or "").split(",")[0].strip()
-        if condition:
+        if condition and condition.count(".") < MAX_VALUES_DEPTH:
             node: Any = on
             *parents, leaf = (*prefix, *condition.split("."))
             for part in parents:
@@ -193,6 +224,20 @@ def _lookup(values: dict[str, Any], dotted: str) -> Any:
             return None
         node = node.get(part)
     return node if dotted else None
+
+
+def _global_values(chart: ChartArchive, values: dict[str, Any]) -> dict[str, Any]:
+    """`global`, where the fields mirror reads have the shapes Helm's convention gives them; else one line."""
+    found = values.get("global")
+    if found is None:
+        return {}
+    where = f"chart {chart.name} {chart.version}: values"
+    if not isinstance(found, dict):
+        raise ChartError(f"{where}: global is a {type(found).__name__}, not a mapping")
+    for key in ("imageRegistry", "imageTag"):
+        if isinstance(found.get(key), (dict, list)):
+            raise ChartError(f"{where}: global.{key} is a {type(found[key]).__name__}, not a string")
+    return found
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -284,12 +329,14 @@ def _walk(
     with the subchart)."""
     if not isinstance(node, dict) or depth > MAX_VALUES_DEPTH:
         return
-    budget.node()
+    budget.node(1 + len(node))
     if isinstance(node.get("repository"), str) and node["repository"].strip() and _names_a_version(node):
         yield path, node
         return
     for key, child in node.items():
-        if not isinstance(key, str) or (depth == 0 and (key in skip or key in ("global", "tags"))):
+        if not isinstance(key, str) or len(key) > MAX_KEY_CHARS:
+            continue
+        if depth == 0 and (key in skip or key in ("global", "tags")):
             continue
         if isinstance(child, str) and (key == "image" or key.endswith("Image")):
             if child.strip():
@@ -310,8 +357,7 @@ def pull_secret_paths(chart: ChartArchive) -> list[tuple[str, ...]]:
 
 def _secret_paths(chart: ChartArchive, prefix: tuple[str, ...], budget: _Budget) -> Iterator[tuple[str, ...]]:
     values = chart.values()
-    for key, value in values.items():
-        if key == "imagePullSecrets" and isinstance(value, list):
-            yield (*prefix, key)
+    if isinstance(values.get("imagePullSecrets"), list):
+        yield (*prefix, "imagePullSecrets")
     for subchart, key, _ in _dependencies(chart, values, None, budget):
         yield from _secret_paths(subchart, (*prefix, key), budget)

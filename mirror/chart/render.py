@@ -20,11 +20,15 @@ import yaml
 from mirror.chart.archive import ChartArchive, ChartError
 from mirror.chart.images import every_subchart_on, image_blocks
 from mirror.chart.merge import deep_merge
+from mirror.untrusted import UntrustedInput, YamlLimits, clip, load_yaml_all
 
 Renderer = Literal["auto", "sdk", "binary", "values"]
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 FREE_FORM = ("data", "stringData", "binaryData", "annotations", "labels")
 HELM_TIMEOUT = 120.0
+# what Helm renders, per template (the binary's: all of it): kube-prometheus-stack's is about 3 MB in all, its
+# largest documents (CRDs, when a chart renders them) 1 MB, 100,000 nodes, 40 deep
+MANIFEST_YAML_LIMITS = YamlLimits(max_bytes=32 * 1024 * 1024, max_depth=200, max_nodes=3_000_000)
 log = logging.getLogger("mirror")
 
 
@@ -52,8 +56,8 @@ def render_images(
 ) -> Rendering:
     try:
         return _render(archive, values, request, prefer)
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise ChartError(f"chart {archive.name} {archive.version}: what it renders is not usable YAML: {exc}") from None
+    except UntrustedInput as exc:
+        raise ChartError(f"chart {archive.name} {archive.version}: what it renders: {exc}") from None
 
 
 def _render(archive: ChartArchive, values: dict[str, Any], request: RenderRequest, prefer: Renderer) -> Rendering:
@@ -116,7 +120,9 @@ def _render_sdk(archive: ChartArchive, values: dict[str, Any], request: RenderRe
         with helm_python.Chart.load_archive(archive.raw) as chart:
             payload = _native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(options))
     except helm_python.HelmError as exc:
-        raise ChartError(f"chart {archive.name} {archive.version}: Helm could not render it: {exc}") from None
+        raise ChartError(
+            f"chart {archive.name} {archive.version}: Helm could not render it: {clip(str(exc))}"
+        ) from None
     manifests: dict[str, str] = json.loads(payload)
     return Rendering(f"Helm {helm_python.helm_sdk_version()} (helm-python-sdk)", tuple(_images(manifests)))
 
@@ -130,7 +136,9 @@ def _render_binary(helm: str, archive: ChartArchive, values: dict[str, Any], req
         command += ["--kube-version", request.kube_version, "--values", str(values_file)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=HELM_TIMEOUT, check=False)
     if done.returncode != 0:
-        raise ChartError(f"chart {archive.name} {archive.version}: helm template failed: {done.stderr.strip()[:500]}")
+        raise ChartError(
+            f"chart {archive.name} {archive.version}: helm template failed: {clip(done.stderr.strip(), 500)}"
+        )
     return Rendering(f"helm binary ({helm})", tuple(_images({"helm template": done.stdout})))
 
 
@@ -144,7 +152,7 @@ def _images(manifests: dict[str, str]) -> Iterator[RenderedImage]:
     for template, text in manifests.items():
         if not template.endswith((".yaml", ".yml", "helm template")):
             continue  # NOTES.txt and other text
-        for document in yaml.safe_load_all(text):
+        for document in load_yaml_all(text, clip(template, 200), MANIFEST_YAML_LIMITS):
             for reference in _container_images(document):
                 yield RenderedImage(reference, template)
 

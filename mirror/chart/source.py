@@ -1,6 +1,7 @@
 """Where a release's chart comes from: a classic Helm repository (`index.yaml` + `.tgz`, checked against the
 digest the index gives) or an `oci://host/path/name` reference (the chart layer of an OCI artifact, checked
-against its descriptor). Every read is bounded; what arrives is opened by `archive.open_chart`."""
+against its descriptor). Every read is bounded; index.yaml is read with `untrusted.load_yaml`'s limits and its
+entry for the chart checked for Helm's shapes; what arrives is opened by `archive.open_chart`."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import yaml
 
 from mirror import fetch
-from mirror.chart.archive import ChartArchive, ChartError, open_chart
+from mirror.chart.archive import MAX_FIELD_CHARS, ChartArchive, ChartError, open_chart
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy
+from mirror.untrusted import UntrustedInput, YamlLimits, clip, load_yaml
 
 HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"
 HELM_CHART_CONTENT = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 MAX_INDEX_BYTES = 32 * 1024 * 1024
+# a 20 MB index (Bitnami's, the largest public one, before it was trimmed) is about 1.5 million nodes, 6 deep
+INDEX_YAML_LIMITS = YamlLimits(max_bytes=MAX_INDEX_BYTES, max_depth=64, max_nodes=5_000_000)
+MAX_URL_CHARS = 2048  # a chart's download URL (a release asset's, the longest seen, is about 150)
 OCI_SCHEME = "oci://"
 
 
@@ -64,21 +68,37 @@ async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str
     try:
         return await fetch.read_capped(client, url, limit, what)
     except fetch.FetchError as exc:
-        raise ChartError(str(exc)) from None
+        raise ChartError(clip(str(exc), 600)) from None
 
 
 async def read_index(client: httpx.AsyncClient, location: ChartLocation) -> list[dict[str, Any]]:
-    """The index entries of the chart, one per published version."""
+    """The index entries of the chart, one per published version (entries whose version is not a short string
+    are passed over)."""
     url = location.repository.rstrip("/") + "/index.yaml"
     raw = await read_capped(client, url, MAX_INDEX_BYTES, f"chart repository {location.repository}")
+    where = f"chart repository {location.repository}: index.yaml"
     try:
-        index = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ChartError(f"chart repository {location.repository}: index.yaml is not YAML: {exc}") from None
-    entries = index.get("entries", {}).get(location.name) if isinstance(index, dict) else None
-    if not isinstance(entries, list):
+        index = load_yaml(raw, where, INDEX_YAML_LIMITS)
+    except UntrustedInput as exc:
+        raise ChartError(str(exc)) from None
+    charts = index.get("entries") if isinstance(index, dict) else None
+    if not isinstance(charts, dict):
+        raise ChartError(f"{where}: entries is not a mapping of chart names")
+    entries = charts.get(location.name)
+    if entries is None:
         raise ChartError(f"chart repository {location.repository} has no chart named {location.name!r}")
-    return [e for e in entries if isinstance(e, dict) and e.get("version")]
+    if not isinstance(entries, list):
+        raise ChartError(f"{where}: entries.{location.name} is a {type(entries).__name__}, not a list")
+    return [e for e in entries if isinstance(e, dict) and _version(e) is not None]
+
+
+def _version(entry: dict[str, Any]) -> str | None:
+    """An index entry's version as Helm writes it (a string; an unquoted `1.0` reads as a number)."""
+    version = entry.get("version")
+    if isinstance(version, bool) or not isinstance(version, (str, int, float)):
+        return None
+    text = str(version)
+    return text if text and len(text) <= MAX_FIELD_CHARS else None
 
 
 async def published_versions(location: ChartLocation, limits: FetchLimits, source: RegistryClient | None) -> list[str]:
@@ -88,9 +108,9 @@ async def published_versions(location: ChartLocation, limits: FetchLimits, sourc
         try:
             return [t.replace("_", "+") for t in await source.list_tags(location.oci_parts()[1])]
         except (RegistryError, RegistryUnreachable) as exc:
-            raise ChartError(f"chart {location}: {exc}") from None
+            raise ChartError(f"chart {location}: {clip(str(exc))}") from None
     async with http_client(limits) as client:
-        return [str(e["version"]) for e in await read_index(client, location)]
+        return [str(_version(e)) for e in await read_index(client, location)]
 
 
 async def fetch_charts(
@@ -122,18 +142,36 @@ async def _fetch_classic(
     client: httpx.AsyncClient, location: ChartLocation, entries: list[dict[str, Any]], version: str, limits: FetchLimits
 ) -> bytes:
     where = f"chart {location} {version}"
-    entry = next((e for e in entries if str(e["version"]) == version), None)
+    entry = next((e for e in entries if _version(e) == version), None)
     if entry is None:
         raise ChartError(f"{where}: not published in {location.repository}/index.yaml")
-    urls, digest = entry.get("urls") or [], str(entry.get("digest") or "")
-    if not urls or len(digest) != 64:
-        raise ChartError(f"{where}: the index gives no download URL or no sha256 digest for it")
-    url = str(httpx.URL(location.repository.rstrip("/") + "/").join(str(urls[0])))
+    url = _download_url(location, entry, where)
+    digest = entry.get("digest")
+    if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdefABCDEF" for c in digest):
+        raise ChartError(f"{where}: the index gives no sha256 digest for it (digest is not 64 hex digits)")
     raw = await read_capped(client, url, limits.max_bytes, where)
     actual = hashlib.sha256(raw).hexdigest()
     if actual != digest.lower():
-        raise ChartError(f"{where}: {url} has sha256 {actual}, the index says {digest}")
+        raise ChartError(f"{where}: {clip(url)} has sha256 {actual}, the index says {digest}")
     return raw
+
+
+def _download_url(location: ChartLocation, entry: dict[str, Any], where: str) -> str:
+    """The entry's first URL, relative to the repository or absolute, as Helm takes it."""
+    urls = entry.get("urls")
+    if not isinstance(urls, list) or not urls or not isinstance(urls[0], str) or not urls[0].strip():
+        raise ChartError(f"{where}: the index gives no download URL for it (urls is not a list of URLs)")
+    if len(urls[0]) > MAX_URL_CHARS:
+        raise ChartError(f"{where}: the index's download URL is {len(urls[0])} characters (limit {MAX_URL_CHARS})")
+    try:
+        url = httpx.URL(location.repository.rstrip("/") + "/").join(urls[0])
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ChartError(
+            f"{where}: the index's download URL {clip(urls[0])!r} is not a URL: {clip(str(exc))}"
+        ) from None
+    if url.scheme not in ("http", "https"):
+        raise ChartError(f"{where}: the index's download URL {clip(urls[0])!r} is not http or https")
+    return str(url)
 
 
 async def _fetch_oci(
@@ -149,4 +187,4 @@ async def _fetch_oci(
             raise ChartError(f"{where}: the chart layer is {layer.size} bytes (limit {limits.max_bytes})")
         return await source.read_blob(repository, layer)
     except (RegistryError, RegistryUnreachable, IntegrityError) as exc:
-        raise ChartError(f"{where}: {exc}") from None
+        raise ChartError(f"{where}: {clip(str(exc))}") from None
