@@ -7,8 +7,9 @@ finally write the values file for each target where every image verified.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from mirror import acr
 from mirror.chart.archive import ChartError
@@ -52,6 +53,11 @@ from mirror.settings import MirrorSettings, TargetSettings
 
 if TYPE_CHECKING:  # sigstore is imported only where a rule applies
     from mirror.engine.signatures import HeldCopy, SignatureGate
+
+# Images worked on at once. Blob transfers have their own, smaller limit; this one keeps the connection pools'
+# queues short (httpcore scans its whole queue on every change: 4000 queued look-ups took 100 s).
+IMAGES_AT_ONCE = 32
+T = TypeVar("T")
 
 # Failures that end one image's copy with a one-line reason; anything else is a bug and propagates.
 EXPECTED_FAILURES = (
@@ -105,6 +111,7 @@ class Syncer:
         self.options = options
         self.progress = progress
         self._transfer_limit = asyncio.Semaphore(settings.transfer.blob_concurrency)
+        self._image_limit = asyncio.Semaphore(IMAGES_AT_ONCE)
         self.spool = Spool(settings.spool.max_bytes, settings.transfer.chunk_size, settings.spool.dir)
         self._blobs: dict[str, TargetBlobs] = {}
         self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
@@ -156,7 +163,7 @@ class Syncer:
         for host in {ref.repository.registry for image in job.images for ref in image.targets}:
             repos = frozenset(r.repository.name for i in job.images for r in i.targets if r.repository.registry == host)
             self.blobs_at(host, repos)
-        images = await asyncio.gather(*(self.run_image(image) for image in job.images))
+        images = await asyncio.gather(*(self._limited(self.run_image(image)) for image in job.images))
         result = ReleaseResult(job.version, dry_run=self.options.dry_run, images=list(images))
         sources = {image.source.registry for image in job.images}
         result.source_rate_limit = next((b for h in sorted(sources) if (b := self.clients[h].rate_limit)), None)
@@ -165,6 +172,10 @@ class Syncer:
                 for chart in job.charts:
                     await self._deliver(job, chart, target, result, latest)
         return result
+
+    async def _limited(self, work: Awaitable[T]) -> T:
+        async with self._image_limit:
+            return await work
 
     async def _deliver(
         self, job: ReleaseJob, chart: ChartJob, target: TargetSettings, result: ReleaseResult, latest: bool
@@ -205,8 +216,8 @@ class Syncer:
                 self.look_up_referrers(job, resolved.digest)  # under way while the targets decide
             await self._check_signature(job, resolved.digest, result, current)
         if result.error is not None or resolved is None:
-            for task in current.values():
-                task.cancel()
+            # answered, not cancelled: a cancelled request still runs to its end (registry/cancelsafe.py), and
+            # this image's place among those worked on at once is held until it has
             await asyncio.gather(*current.values(), return_exceptions=True)
             return result
         runs = (self.run_target(job, ref, resolved, current[ref.name]) for ref in job.targets)
