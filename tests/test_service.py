@@ -108,7 +108,10 @@ class Service:
         return list(httpx.get(f"{self.url}/jobs", headers=AUTH, timeout=5).json()["jobs"])
 
 
-def service_config(tmp_path: Path, source: Any, target: Any, **extra: Any) -> Path:
+def service_config(
+    tmp_path: Path, source: Any, target: Any, service: dict[str, Any] | None = None, **extra: Any
+) -> Path:
+    """The tests' service config; `service` adds to (or overrides) its `service:` block."""
     path = write_config(
         tmp_path / "mirror.yaml",
         source,
@@ -116,7 +119,7 @@ def service_config(tmp_path: Path, source: Any, target: Any, **extra: Any) -> Pa
         state_dir=str(tmp_path / "state"),
         lock_dir=str(tmp_path / "locks"),
         webhook={"secret": SECRET, "dockerhub_token": DOCKERHUB_TOKEN},
-        service={"api_token": API_TOKEN, "lease_seconds": 3, "poll_seconds": 0.2},
+        service={"api_token": API_TOKEN, "lease_seconds": 3, "poll_seconds": 0.2, **(service or {})},
         discovery={"versions": ">=2.7.0", "newest": 2},
         **extra,
     )

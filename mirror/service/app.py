@@ -1,18 +1,25 @@
 """The ASGI app: routes as plain functions, a lifespan that owns the job store, the runner and the
-scheduler. Served by uvicorn (`mirror serve`)."""
+scheduler. Served by uvicorn (`mirror serve`) behind the doors of `server.py`.
+
+Bad input is a 4xx with a short reason: a request's headers, path, query and body are checked before they
+reach the store, and what is quoted back is clipped. `serve` checks the state directory and the database
+before uvicorn starts, so an unusable one is one line and exit 2."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import logging
+import re
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import uvicorn
+from sqlalchemy.engine import make_url
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -25,15 +32,24 @@ from mirror.service.hooks import (
     check_signature,
     check_token,
     ci_version,
+    delivery_id,
     dockerhub_version,
 )
 from mirror.service.metrics import Metrics
 from mirror.service.runner import JobRunner
 from mirror.service.scheduler import start_scheduler
-from mirror.service.store import JobStore
+from mirror.service.server import Doors, run
+from mirror.service.store import ACTIVE, KINDS, MAX_ERROR_CHARS, STATES, JobStore, UnknownJob
 from mirror.settings import ConfigError, MirrorSettings, load_settings
+from mirror.untrusted import clip
 
 log = logging.getLogger("mirror.service")
+# A webhook for a release whose job succeeded less than this long ago is answered with that job, not queued
+# again: GitHub signs no timestamp, so a captured delivery can be replayed under a new delivery id.
+REPLAY_WINDOW_SECONDS = 600.0
+PAGE_DEFAULT, PAGE_MAX = 50, 200  # jobs per page of GET /jobs
+_JOB_ID = re.compile(r"[0-9A-Za-z_-]{1,32}")
+_LIST_PARAMETERS = ("limit", "before", "state", "kind")
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -65,7 +81,7 @@ def job_view(job: dict[str, Any]) -> dict[str, Any]:
             for release in releases
             for v in release.get("values", [])
         ],
-        "error": job["error"],
+        "error": clip(job["error"], MAX_ERROR_CHARS) if job["error"] else job["error"],  # rows from before the cut
     }
 
 
@@ -86,12 +102,17 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 async def accept(request: Request, kind: str, version: str, delivery: str | None) -> JSONResponse:
+    """202 with the job that will run (new, or the release's active one); 200 with a finished job that already
+    answers this delivery or succeeded for this release within REPLAY_WINDOW_SECONDS: nothing queued."""
     state = request.app.state
-    job, created = await state.store.enqueue(kind, [version], delivery)
+    job, created = await state.store.enqueue(kind, [version], delivery, done_within=REPLAY_WINDOW_SECONDS)
     if created:
         state.runner.wake.set()
         log.info("queued job %s for %s (%s)", job["id"], version, kind)
-    return JSONResponse({**job_view(job), "duplicate": not created}, status_code=202)
+    elif job["state"] not in ACTIVE:
+        log.info("%s webhook for %s answered by job %s (%s), nothing queued", kind, version, job["id"], job["state"])
+    status = 202 if created or job["state"] in ACTIVE else 200
+    return JSONResponse({**job_view(job), "duplicate": not created}, status_code=status)
 
 
 async def ci_hook(request: Request) -> Response:
@@ -99,13 +120,14 @@ async def ci_hook(request: Request) -> Response:
     try:
         body = await read_body(request, settings.webhook.max_body)
         check_signature(settings.webhook.secret_value(), body, request.headers.get("x-hub-signature-256"))
+        delivery = delivery_id(request.headers.get("x-github-delivery"))
         version = ci_version(settings, body, request.headers.get("x-github-event"))
     except HookError as exc:
         return error(exc.status, str(exc))
     except HookIgnored as exc:
         log.info("webhook ignored: %s", exc)
         return JSONResponse({"ignored": str(exc)}, status_code=200)
-    return await accept(request, "ci", version, request.headers.get("x-github-delivery"))
+    return await accept(request, "ci", version, delivery)
 
 
 async def dockerhub_hook(request: Request) -> Response:
@@ -133,22 +155,59 @@ def authorised(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Req
     return checked
 
 
+async def find_job(request: Request) -> dict[str, Any] | None:
+    job_id = request.path_params["job_id"]
+    return await request.app.state.store.get(job_id) if _JOB_ID.fullmatch(job_id) else None
+
+
 @authorised
 async def get_job(request: Request) -> Response:
-    job = await request.app.state.store.get(request.path_params["job_id"])
+    job = await find_job(request)
     return JSONResponse(job_view(job)) if job else error(404, "no such job")
 
 
 @authorised
 async def list_jobs(request: Request) -> Response:
-    return JSONResponse({"jobs": [job_view(j) for j in await request.app.state.store.recent()]})
+    """Newest first, `limit` (1-200, default 50) a page; `state=` and `kind=` filter; `next` is the `before=`
+    of the next page (null on the last)."""
+    try:
+        limit, before, state, kind = list_parameters(request)
+        jobs, following = await request.app.state.store.page(limit, before, state, kind)
+    except HookError as exc:
+        return error(exc.status, str(exc))
+    except UnknownJob:
+        return error(400, "before: no such job")
+    return JSONResponse({"jobs": [job_view(j) for j in jobs], "next": following})
+
+
+def list_parameters(request: Request) -> tuple[int, str | None, str | None, str | None]:
+    """GET /jobs's query: limit, before, state, kind; anything else, or a value out of range, is a 400."""
+    query = request.query_params
+    for name in query:
+        if name not in _LIST_PARAMETERS:
+            raise HookError(400, f"unknown query parameter {clip(name, 40)!r}: expected {', '.join(_LIST_PARAMETERS)}")
+        if len(query.getlist(name)) > 1:
+            raise HookError(400, f"{name}: given more than once")
+    limit = query.get("limit", str(PAGE_DEFAULT))
+    if not re.fullmatch(r"[0-9]{1,4}", limit) or not 1 <= int(limit) <= PAGE_MAX:
+        raise HookError(400, f"limit {clip(limit, 40)!r}: expected a number from 1 to {PAGE_MAX}")
+    before = query.get("before")
+    if before is not None and not _JOB_ID.fullmatch(before):
+        raise HookError(400, f"before {clip(before, 40)!r}: expected a job id")
+    return int(limit), before, _one_of(query.get("state"), "state", STATES), _one_of(query.get("kind"), "kind", KINDS)
+
+
+def _one_of(value: str | None, name: str, allowed: tuple[str, ...]) -> str | None:
+    if value is not None and value not in allowed:
+        raise HookError(400, f"{name} {clip(value, 40)!r}: expected one of {', '.join(allowed)}")
+    return value
 
 
 @authorised
 async def job_values(request: Request) -> Response:
     """A values file this job wrote for the target, from the job's own record: the chart's named in the path,
     else the first of the install (the release's own chart)."""
-    job = await request.app.state.store.get(request.path_params["job_id"])
+    job = await find_job(request)
     if job is None:
         return error(404, "no such job")
     chart = request.path_params.get("chart")
@@ -194,7 +253,7 @@ def create_app(settings: MirrorSettings) -> Starlette:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         app.state.settings = settings
         app.state.api_token = settings.service.api_token_value()
-        app.state.store = JobStore(settings.database_url or f"sqlite:///{settings.state_dir / 'mirror.db'}")
+        app.state.store = JobStore(store_url(settings))
         if not app.state.store.postgres:
             log.info("job store: SQLite, for one replica only (set database_url to PostgreSQL for several)")
         log.info("webhooks %s", webhook_status(settings))
@@ -231,7 +290,36 @@ def create_app(settings: MirrorSettings) -> Starlette:
         Route("/readyz", readyz),
         Route("/metrics", metrics),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    doors = [Middleware(Doors, body_seconds=settings.service.body_seconds)]
+    return Starlette(routes=routes, middleware=doors, lifespan=lifespan)
+
+
+def store_url(settings: MirrorSettings) -> str:
+    return settings.database_url or f"sqlite:///{settings.state_dir / 'mirror.db'}"
+
+
+def unusable_state(settings: MirrorSettings) -> str | None:
+    """Why the service could not keep its jobs, as one line (never the database password); None when it can:
+    the state directory is created and written to, the database reached and its tables created."""
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=settings.state_dir):
+            pass
+    except OSError as exc:
+        return f"state_dir {settings.state_dir}: cannot create it or write in it: {exc.strerror or exc}"
+    url = store_url(settings)
+    try:
+        parsed = make_url(url)
+    except Exception:  # its text would hold the URL, password and all
+        return "database_url: not a database URL"
+    try:
+        JobStore(url).close()
+    except Exception as exc:  # the driver's first line names the cause; the URL is shown without its password
+        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
+        reason = lines[0].replace(str(parsed.password), "***") if parsed.password else lines[0]
+        shown = parsed.render_as_string(hide_password=True)
+        return f"database {shown}: cannot open the job store: {clip(reason)}"
+    return None
 
 
 def serve(config: Path | None, host: str, port: int) -> int:
@@ -250,5 +338,9 @@ def serve(config: Path | None, host: str, port: int) -> int:
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
         return 2
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+    problem = unusable_state(settings)
+    if problem is not None:
+        log.error("%s", problem)
+        return 2
+    run(create_app(settings), settings.service, host, port)
     return 0

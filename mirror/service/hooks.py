@@ -1,16 +1,31 @@
-"""Webhook payloads: signature checks and the release each one asks for."""
+"""Webhook payloads: signature checks and the release each one asks for.
+
+A payload is input from outside even when it is signed: whatever it holds, reading it ends in a release
+version or a HookError (4xx) with a short reason, never another exception. Headers that the signature does
+not cover (the delivery id, the event) are checked or clipped before they reach the store or a message.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
-from typing import Any
+import re
+from collections.abc import Callable
+from typing import Any, ParamSpec
 
 from mirror.engine.discover import version_bearing_images
 from mirror.reference import Repository
-from mirror.release import VersionError, matches, normalise_version, parse_filter
+from mirror.release import matches, normalise_version, parse_filter
 from mirror.settings import MirrorSettings
+from mirror.untrusted import clip
+
+P = ParamSpec("P")
+MAX_VERSION_CHARS = 128  # a release tag is far shorter; longer is refused before it is parsed
+MAX_DELIVERY_CHARS = 100  # GitHub's delivery ids are GUIDs (36 characters)
+_DELIVERY = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_DELIVERY_CHARS - 1}}}")
+SHOWN = 80  # characters of a header or payload field a refusal quotes
 
 
 class HookError(Exception):
@@ -48,11 +63,41 @@ def check_bearer(expected: bytes | None, header: str | None) -> None:
         raise HookError(401, "missing or wrong bearer token")
 
 
+def delivery_id(header: str | None) -> str | None:
+    """`X-GitHub-Delivery`, which the signature does not cover: a short printable token, or refused."""
+    if header is None:
+        return None
+    if not _DELIVERY.fullmatch(header):
+        raise HookError(
+            400,
+            f"X-GitHub-Delivery {clip(header, SHOWN)!r}: expected 1-{MAX_DELIVERY_CHARS} letters, digits or ._:-",
+        )
+    return header
+
+
+def payload_refusals(parse: Callable[P, str]) -> Callable[P, str]:
+    """Whatever a payload makes the parsing raise (a number past Python's digit limit, nesting past the
+    recursion limit, a version the release module refuses) is the sender's problem: a 422, never a 500."""
+
+    @functools.wraps(parse)
+    def parsed(*args: P.args, **kwargs: P.kwargs) -> str:
+        try:
+            return parse(*args, **kwargs)
+        except RecursionError:
+            raise HookError(422, "payload nested too deeply") from None
+        except ValueError as exc:  # VersionError included
+            raise HookError(422, f"payload refused: {clip(str(exc))}") from None
+
+    return parsed
+
+
 def _json(body: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(body)
+    except RecursionError:
+        raise HookError(422, "body is JSON nested too deeply") from None
     except ValueError as exc:
-        raise HookError(422, f"body is not JSON: {exc}") from None
+        raise HookError(422, f"body is not JSON: {clip(str(exc))}") from None
     if not isinstance(doc, dict):
         raise HookError(422, "body is not a JSON object")
     return doc
@@ -61,15 +106,19 @@ def _json(body: bytes) -> dict[str, Any]:
 def accepted_version(settings: MirrorSettings, text: Any) -> str:
     if not isinstance(text, str):
         raise HookError(422, "no version in the payload")
+    if len(text) > MAX_VERSION_CHARS:
+        raise HookError(422, f"version of {len(text)} characters: at most {MAX_VERSION_CHARS}")
     try:
         version = normalise_version(text)
-    except VersionError as exc:
-        raise HookError(422, str(exc)) from None
-    if not matches(version, parse_filter(settings.discovery.versions)):
+        wanted = matches(version, parse_filter(settings.discovery.versions))
+    except ValueError as exc:  # VersionError, or a number Python will not convert
+        raise HookError(422, clip(str(exc))) from None
+    if not wanted:
         raise HookError(422, f"{version} is outside the version filter {settings.discovery.versions!r}")
     return version
 
 
+@payload_refusals
 def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
     """`{"version": "v2.10.0"}`, or a GitHub `release` event (`release.tag_name`) whose action is `published`.
     Other release actions and other GitHub events raise HookIgnored."""
@@ -77,26 +126,30 @@ def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
     if event == "release" or "release" in doc:
         action = doc.get("action", "published")
         if action != "published":
-            raise HookIgnored(f"release {action}: only a published release is mirrored")
+            shown = clip(action, SHOWN) if isinstance(action, str) else "(not a string)"
+            raise HookIgnored(f"release {shown}: only a published release is mirrored")
         release = doc.get("release")
         return accepted_version(settings, release.get("tag_name") if isinstance(release, dict) else None)
     if event and "version" not in doc:
-        raise HookIgnored(f"event {event!r} asks for no release")
+        raise HookIgnored(f"event {clip(event, SHOWN)!r} asks for no release")
     return accepted_version(settings, doc.get("version"))
 
 
+@payload_refusals
 def dockerhub_version(settings: MirrorSettings, body: bytes) -> str:
     """Docker Hub's push webhook: `repository.repo_name` must be a configured, version-bearing image."""
     doc = _json(body)
     push, repository = doc.get("push_data"), doc.get("repository")
     if not isinstance(push, dict) or not isinstance(repository, dict):
         raise HookError(422, "not a Docker Hub push payload")
-    name = str(repository.get("repo_name", ""))
+    name = repository.get("repo_name")
+    if not isinstance(name, str):
+        raise HookError(422, "no repository.repo_name in the payload")
     wanted = {repository.name for _, repository in version_bearing_images(settings)}
     try:
         pushed = Repository.of(settings.source.registry, name).name
     except ValueError:
-        raise HookError(422, f"repository {name!r} is not valid") from None
+        raise HookError(422, f"repository {clip(name, SHOWN)!r} is not valid") from None
     if pushed not in wanted:
-        raise HookError(422, f"repository {name!r} is not one this service mirrors")
+        raise HookError(422, f"repository {clip(name, SHOWN)!r} is not one this service mirrors")
     return accepted_version(settings, push.get("tag"))

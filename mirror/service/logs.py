@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object a line, with the job id of the job being run."""
+"""Structured logs: one JSON object a line, with the job id of the job being run. A message is one line of at
+most `MAX_MESSAGE_CHARS`, whatever outside text reached it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import json
 import logging
 import time
 
+from mirror.untrusted import clip
+
+MAX_MESSAGE_CHARS = 2000
 current_job: contextvars.ContextVar[str | None] = contextvars.ContextVar("current_job", default=None)
 
 
@@ -16,7 +20,7 @@ class JsonFormatter(logging.Formatter):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": clip(record.getMessage(), MAX_MESSAGE_CHARS),
         }
         job = current_job.get()
         if job is not None:

@@ -18,8 +18,9 @@ from mirror.registry.credentials import CredentialError
 from mirror.report import ReleaseResult
 from mirror.service.logs import current_job
 from mirror.service.metrics import Metrics
-from mirror.service.store import FAILED, SUCCEEDED, JobStore, new_owner_id
+from mirror.service.store import FAILED, MAX_ERROR_CHARS, SUCCEEDED, JobStore, new_owner_id
 from mirror.settings import MirrorSettings
+from mirror.untrusted import clip
 
 log = logging.getLogger("mirror.service")
 
@@ -78,7 +79,7 @@ class JobRunner:
             try:
                 job = await self.store.claim_next(self.owner, self.lease)
             except Exception as exc:  # the database is away for a moment: keep the runner, try again
-                log.warning("could not look for work: %s", exc)
+                log.warning("could not look for work: %s", clip(str(exc)))
                 job = None
             if job is None:
                 self.wake.clear()
@@ -124,11 +125,12 @@ class JobRunner:
                     log.warning("job given back to the queue unfinished: this replica is shutting down")
                 return
             ok = not failures and not error
-            error = error or ("; ".join(failures) if failures else None)
+            error = clip(error or "; ".join(failures), MAX_ERROR_CHARS) if error or failures else None
             state = SUCCEEDED if ok else FAILED
             recorded = await self.store.finish(job["id"], self.owner, state, job_record(results), error)
         except Exception as exc:  # the database is away: the lease runs out and the job is run again
-            log.error("could not record the job's outcome (%s); it will run again when its lease expires", exc)
+            reason = clip(str(exc))
+            log.error("could not record the job's outcome (%s); it will run again when its lease expires", reason)
             return
         if not recorded:
             log.error("job finished after its lease was lost to another replica; its outcome was not recorded")
@@ -147,7 +149,7 @@ class JobRunner:
             try:
                 held = await self.store.renew(job_id, self.owner, self.lease)
             except Exception as exc:  # the database is away: keep working, try again next beat
-                log.warning("lease renewal failed: %s", exc)
+                log.warning("lease renewal failed: %s", clip(str(exc)))
                 continue
             if not held:
                 log.error("lost the lease on job %s; stopping this copy of it", job_id)

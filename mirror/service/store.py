@@ -6,6 +6,9 @@ elsewhere), and held under a lease that its runner renews. A job whose lease exp
 claimed again by whoever looks next; a live replica's job is never taken. At most one queued or running job
 per release is enforced by a partial unique index, not by a read-then-write. Times come from the database's
 clock, so replicas with skewed clocks agree on when a lease ends.
+
+Every string a job carries is bounded: the columns' lengths are checked by the service before a delivery id
+reaches `enqueue`, and a job's error is cut to `MAX_ERROR_CHARS` here, at write, so nothing longer is stored.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     create_engine,
     func,
     insert,
@@ -40,15 +44,22 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
+
+from mirror.untrusted import clip
 
 T = TypeVar("T")
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 ACTIVE = (QUEUED, RUNNING)
+STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED)
+KINDS = ("ci", "dockerhub", "schedule")
 DISCOVERY = "discover"  # the release key of a discovery job
 ENQUEUE_ATTEMPTS = 5
+MAX_DELIVERY_CHARS = 200  # the delivery columns' length
+MAX_ERROR_CHARS = 500  # a job's error as stored (and so as served and logged)
+CONNECT_SECONDS = 10  # a PostgreSQL server that does not answer: give up on this connection after this long
 
 metadata = MetaData()
 jobs = Table(
@@ -79,6 +90,11 @@ deliveries = Table(
 )
 _active = jobs.c.state.in_(ACTIVE)
 Index("jobs_one_active_per_release", jobs.c.release_key, unique=True, sqlite_where=_active, postgresql_where=_active)
+Index("jobs_newest_first", jobs.c.created_at, jobs.c.id)  # the job list's order and its cursor
+
+
+class UnknownJob(LookupError):
+    """A job id (the job list's cursor) that names no job."""
 
 
 def release_key(versions: list[str] | None) -> str:
@@ -121,10 +137,21 @@ class JobStore:
 
         return await asyncio.to_thread(in_transaction)
 
-    async def enqueue(self, kind: str, versions: list[str] | None, delivery: str | None) -> tuple[dict[str, Any], bool]:
+    async def enqueue(
+        self, kind: str, versions: list[str] | None, delivery: str | None, done_within: float = 0.0
+    ) -> tuple[dict[str, Any], bool]:
         """The new job, or the one already there for this delivery or this release; and whether it is new.
-        The database's unique constraints decide, so two replicas taking the same delivery make one job."""
+        The database's unique constraints decide, so two replicas taking the same delivery make one job.
+        With `done_within`, a release whose job succeeded less than that many seconds ago is answered by that
+        job (a replayed webhook queues nothing)."""
+        if delivery is not None and len(delivery) > MAX_DELIVERY_CHARS:
+            raise ValueError(f"delivery id of {len(delivery)} characters: at most {MAX_DELIVERY_CHARS}")
         key = release_key(versions)
+        if done_within > 0:
+            since = self.now() - done_within
+            done = await self._run(lambda db: _recently_done(db, delivery, key, since, self.postgres))
+            if done is not None:
+                return _row(done), False
         for _ in range(ENQUEUE_ATTEMPTS):
             job = {
                 "id": uuid.uuid4().hex,
@@ -150,10 +177,36 @@ class JobStore:
         return _row(row) if row is not None else None
 
     async def recent(self, limit: int = 50) -> list[dict[str, Any]]:
-        rows = await self._run(
-            lambda db: db.execute(select(jobs).order_by(jobs.c.created_at.desc()).limit(limit)).all()
-        )
-        return [_row(r) for r in rows]
+        jobs_page, _ = await self.page(limit)
+        return jobs_page
+
+    async def page(
+        self, limit: int, before: str | None = None, state: str | None = None, kind: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Up to `limit` jobs, newest first, older than the job `before` (the cursor), of that state and kind;
+        and the cursor of the next page (None on the last). Raises UnknownJob for a cursor that names no job."""
+
+        def work(db: Connection) -> list[Any]:
+            query = select(jobs)
+            if state is not None:
+                query = query.where(jobs.c.state == state)
+            if kind is not None:
+                query = query.where(jobs.c.kind == kind)
+            if before is not None:
+                mark = db.execute(select(jobs.c.created_at).where(jobs.c.id == before)).first()
+                if mark is None:
+                    raise UnknownJob(before)
+                older = or_(
+                    jobs.c.created_at < mark.created_at,
+                    and_(jobs.c.created_at == mark.created_at, jobs.c.id < before),
+                )
+                query = query.where(older)
+            newest_first = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit + 1)
+            return list(db.execute(newest_first).all())
+
+        rows = await self._run(work)
+        found = [_row(r) for r in rows[:limit]]
+        return found, found[-1]["id"] if len(rows) > limit else None
 
     def _claimable(self, now: ColumnElement[float]) -> ColumnElement[bool]:
         expired = (jobs.c.state == RUNNING) & (jobs.c.lease_expires_at < now)
@@ -195,7 +248,12 @@ class JobStore:
 
     async def finish(self, job_id: str, owner: str, state: str, result: Any, error: str | None) -> bool:
         """Record the outcome; False (nothing written) when `owner` lost the lease meanwhile."""
-        values = {"state": state, "finished_at": time.time(), "result": json.dumps(result), "error": error}
+        values = {
+            "state": state,
+            "finished_at": self.now(),
+            "result": json.dumps(result),
+            "error": clip(error, MAX_ERROR_CHARS) if error is not None else None,
+        }
         return await self._update_held(job_id, owner, values)
 
     async def release(self, job_id: str, owner: str) -> bool:
@@ -241,10 +299,31 @@ def _existing(db: Connection, delivery: str | None, key: str, postgres: bool) ->
             return seen
     active = db.execute(select(jobs).where(jobs.c.release_key == key, _active)).first()
     if active is not None and delivery is not None:
-        note = (pg_insert if postgres else sqlite_insert)(deliveries).values(delivery=delivery, job_id=active.id)
-        db.execute(note.on_conflict_do_nothing())
-        return _job_of_delivery(db, delivery)  # this job, or the one a racing replica noted first
+        return _answered_by(db, active, delivery, postgres)
     return active
+
+
+def _recently_done(db: Connection, delivery: str | None, key: str, since: ColumnElement[float], postgres: bool) -> Any:
+    """The job that answers this delivery, or the release's job that succeeded `since` then (which
+    then answers the delivery too); None when the release has an active job, which `enqueue` merges into."""
+    if delivery is not None:
+        seen = _job_of_delivery(db, delivery)
+        if seen is not None:
+            return seen
+    if db.execute(select(jobs.c.id).where(jobs.c.release_key == key, _active)).first() is not None:
+        return None
+    recent = (jobs.c.release_key == key) & (jobs.c.state == SUCCEEDED) & (jobs.c.finished_at >= since)
+    done = db.execute(select(jobs).where(recent).order_by(jobs.c.finished_at.desc()).limit(1)).first()
+    if done is not None and delivery is not None:
+        return _answered_by(db, done, delivery, postgres)
+    return done
+
+
+def _answered_by(db: Connection, job: Any, delivery: str, postgres: bool) -> Any:
+    """Note that `job` answers `delivery`; the job that does (this one, or the one a racing replica noted)."""
+    note = (pg_insert if postgres else sqlite_insert)(deliveries).values(delivery=delivery, job_id=job.id)
+    db.execute(note.on_conflict_do_nothing())
+    return _job_of_delivery(db, delivery)
 
 
 def _job_of_delivery(db: Connection, delivery: str) -> Any:
@@ -258,7 +337,10 @@ def _job_of_delivery(db: Connection, delivery: str) -> Any:
 def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         return create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-    return create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    parsed = make_url(url)
+    libpq = parsed.get_driver_name() in ("psycopg", "psycopg2")  # libpq's connect_timeout
+    timeout = {"connect_timeout": CONNECT_SECONDS} if libpq and "connect_timeout" not in parsed.query else {}
+    return create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4, connect_args=timeout)
 
 
 _ADDED_COLUMNS = {
