@@ -13,6 +13,7 @@ from mirror.engine.discover import DiscoveryError
 from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
+from mirror.output import OutputError
 from mirror.progress import Progress
 from mirror.registry.credentials import CredentialError
 from mirror.report import ReleaseResult
@@ -113,7 +114,7 @@ class JobRunner:
                 results = await discover_and_sync(self.settings, options, Progress(), shutdown)
             else:
                 results = await sync(self.settings, job["versions"], options, Progress(), shutdown)
-        except (ValueError, LockTimeout, DiscoveryError, ChartError, CredentialError) as exc:  # input, lock, login
+        except (ValueError, LockTimeout, DiscoveryError, ChartError, CredentialError, OutputError) as exc:
             error = str(exc)
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")
