@@ -21,7 +21,7 @@ from mirror.registry import RegistryClient, RegistryUnreachable
 from mirror.registry.deadline import DeadlineExceeded
 from mirror.registry.options import ClientOptions
 from mirror.registry.retry import RetryPolicy
-from tests.support import http_server, manifest_digest, run_async, sync_json, write_config
+from tests.support import http_server, manifest_digest, run_async, run_bounded, sync_json, write_config
 
 NO_RETRY = RetryPolicy(attempts=1)
 
@@ -38,6 +38,8 @@ class Trickle(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         try:
+            if self.path == "/body/index.yaml":
+                self.path = "/body"
             if self.path == "/fast":
                 body = b"x" * (4 * 1024 * 1024)
                 self.send_response(200)
@@ -173,3 +175,25 @@ def test_a_deadline_ends_a_request_that_a_slow_server_holds(tmp_path: Path) -> N
         with pytest.raises(RegistryUnreachable, match="deadline"):
             run_async(ask)
         assert time.monotonic() - started < 60
+
+
+def test_a_chart_index_trickled_a_byte_per_second_ends_the_run_at_the_deadline(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """Each byte well inside the 5 s read timeout, retries allowed: the 5 s deadline ends the whole read, and
+    the run stops in one line before anything is copied or written."""
+    Trickle.stop.clear()
+    with http_server(Trickle) as server:
+        repository = f"http://127.0.0.1:{server.server_address[1]}/body"
+        config = write_config(tmp_path / "mirror.yaml", source, [target], chart={"repository": repository})
+        config.write_text(config.read_text() + "transfer: {read_timeout: 5, deadline: 5}\n")
+        marks = len(source.access_log()), len(target.access_log())
+        started = time.monotonic()
+        done = run_bounded("sync", "v2.10.0", "--config", str(config), cwd=tmp_path, seconds=120)
+        Trickle.stop.set()
+    assert time.monotonic() - started < 90
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    lines = done.error_lines()
+    assert len(lines) == 1 and "deadline" in lines[0] and len(lines[0]) < 1000, lines
+    assert (len(source.access_log()), len(target.access_log())) == marks
+    assert not (tmp_path / "out").exists()

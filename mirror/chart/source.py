@@ -56,12 +56,14 @@ def oci_tag(version: str) -> str:
 @dataclass(frozen=True, slots=True)
 class FetchLimits:
     max_bytes: int
-    timeout: float
+    timeout: float  # the longest wait for the next bytes
     retry: RetryPolicy
+    deadline: float = 300.0  # a whole request, its retries and its body included
+    min_rate: int = 64 * 1024
 
 
 def http_client(limits: FetchLimits) -> httpx.AsyncClient:
-    return fetch.http_client(limits.timeout, limits.retry)
+    return fetch.http_client(limits.timeout, limits.retry, limits.deadline, limits.min_rate)
 
 
 async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:

@@ -26,7 +26,9 @@ def chart_location(settings: MirrorSettings) -> ChartLocation:
 
 def fetch_limits(settings: MirrorSettings) -> FetchLimits:
     assert settings.chart is not None
-    return FetchLimits(settings.chart.max_bytes, settings.transfer.read_timeout, retry_policy(settings.retry))
+    transfer = settings.transfer
+    policy = retry_policy(settings.retry)
+    return FetchLimits(settings.chart.max_bytes, transfer.read_timeout, policy, transfer.deadline, transfer.min_rate)
 
 
 def _client(location: ChartLocation, clients: Clients) -> RegistryClient | None:
