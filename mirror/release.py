@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import re
 
-_VERSION = re.compile(r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z][0-9A-Za-z.-]{0,63})?$")
-_CLAUSE = re.compile(r"^(>=|<=|==|>|<|!=)?\s*(v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)$")
+from mirror.untrusted import clip
+
+MAX_VERSION_LENGTH = 127  # the longest version text looked at; longer text is refused before any regex
+MAX_FILTER_LENGTH = 1024  # a version filter: a handful of clauses
+SHOWN = 80  # characters of a refused version a message carries
+# each number at most 9 digits: int() stays cheap, far from Python's 4300-digit limit on int("...")
+_NUMBER = r"(0|[1-9]\d{0,8})"
+_VERSION = re.compile(rf"^v?{_NUMBER}\.{_NUMBER}\.{_NUMBER}(-[0-9A-Za-z][0-9A-Za-z.-]{{0,63}})?$")
+_CLAUSE = re.compile(r"^(>=|<=|==|>|<|!=)?\s*(v?\d{1,9}\.\d{1,9}\.\d{1,9}(?:-[0-9A-Za-z.-]{1,64})?)$")
 VersionKey = tuple[int, int, int, int, str]
 VersionFilter = list[tuple[str, VersionKey]]
 
@@ -14,11 +21,19 @@ class VersionError(ValueError):
     pass
 
 
+def _shown(text: str) -> str:
+    return repr(clip(text, SHOWN))
+
+
 def normalise_version(text: str) -> str:
     """`2.10.0` -> `v2.10.0`; anything that is not `v` + a semver-like version is refused."""
+    if len(text) > MAX_VERSION_LENGTH:
+        raise VersionError(f"invalid version {_shown(text)}: longer than {MAX_VERSION_LENGTH} characters")
     match = _VERSION.match(text.strip())
     if not match:
-        raise VersionError(f"invalid version {text!r}: expected v<major>.<minor>.<patch>, e.g. v2.10.0")
+        raise VersionError(
+            f"invalid version {_shown(text)}: expected v<major>.<minor>.<patch> (each at most 9 digits), e.g. v2.10.0"
+        )
     return "v" + text.strip().removeprefix("v")
 
 
@@ -36,11 +51,13 @@ def version_key(version: str) -> VersionKey:
 
 def parse_filter(text: str) -> VersionFilter:
     """`>=2.7.0,<3.0.0` -> [(">=", key), ("<", key)]; raises VersionError on anything else."""
+    if len(text) > MAX_FILTER_LENGTH:
+        raise VersionError(f"version filter {_shown(text)}: longer than {MAX_FILTER_LENGTH} characters")
     clauses = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
-        match = _CLAUSE.match(part)
+        match = _CLAUSE.match(part) if len(part) <= MAX_VERSION_LENGTH + 2 else None
         if not match:
-            raise VersionError(f"version filter clause {part!r}: expected e.g. >=2.7.0")
+            raise VersionError(f"version filter clause {_shown(part)}: expected e.g. >=2.7.0")
         clauses.append((match[1] or "==", version_key(match[2])))
     return clauses
 

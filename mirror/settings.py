@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
+import difflib
 import fnmatch
 import importlib.util
+import json
+import math
 import os
 import re
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,36 +23,79 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from yaml.composer import ComposerError
+from yaml.error import Mark
+from yaml.nodes import Node
 
 from mirror import acr, reference
 from mirror.release import VersionError, normalise_version, parse_filter
+from mirror.untrusted import clip
 
 DEFAULT_CONFIG_PATH = Path("config/mirror.yaml")
 VERSION_PLACEHOLDER = "{version}"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _VALUES_KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")  # subcharts' keys have dashes: dcgm-exporter.image
-_CHART_VERSION = re.compile(r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]{1,64})?$")  # as an index lists it
+_CHART_VERSION = re.compile(r"^\d{1,9}\.\d{1,9}\.\d{1,9}([-+][0-9A-Za-z.+-]{1,64})?$")  # as an index lists it
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_PREFIX = "MIRROR_"
 MIN_SECRET_BYTES = 16  # an HMAC key or bearer token shorter than this is guessable, an empty one signs anything
 CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
 ACR_REGISTRIES = ("*.aliyuncs.com",)  # registries nodes in mainland China pull from as they are
 
+# Bounds on the config itself: a hostile or broken file is refused in one line, never a traceback or a hang.
+MAX_CONFIG_BYTES = 1024 * 1024  # a config file is a few KiB
+MAX_CONFIG_DEPTH = 64  # nested mappings and lists: in the file, in a MIRROR_* JSON value, in values.extra
+MAX_CONFIG_NODES = 100_000  # values in the file with every alias expanded: an alias bomb is refused unbuilt
+MAX_SECRET_FILE_BYTES = 64 * 1024  # a password, key or token file
+MAX_DOCUMENT_FILE_BYTES = 4 * 1024 * 1024  # docker_config, signatures.trusted_root
+MAX_SCHEDULE_LENGTH = 256
+MAX_LINE = 400  # characters of one error line: a long value in it is cut in the middle
+SHOWN_VALUE = 80  # characters of a refused value an error message quotes
+
+# Kubernetes names a rendered install uses, checked as Helm and the API server check them.
+HELM_RELEASE_MAX = 53
+KUBE_LABEL_MAX = 63
+KUBE_SUBDOMAIN_MAX = 253
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*$")  # the OCI distribution spec's
+# ACR's own namespace rules: Personal Edition 2-30 of [a-z0-9_-]; Enterprise 2-120 of [a-z0-9._-]; both
+# start and end with a letter or a digit
+_ACR_PERSONAL_NAMESPACE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,28}[a-z0-9]$")
+_ACR_ENTERPRISE_NAMESPACE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,118}[a-z0-9]$")
+
+# MIRROR_* variables that are not settings, and where each is read. Any other MIRROR_* variable must name a
+# setting: pydantic-settings would ignore a misspelt one, so it is refused at load instead.
+NOT_SETTINGS = {
+    "MIRROR_CONFIG": "the config file's path when --config is not given (load_settings, below)",
+}
+# Kubernetes gives every pod <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_80_TCP_ADDR... for each Service in its
+# namespace (enableServiceLinks): deploy/base/service.yaml's `mirror` yields MIRROR_SERVICE_HOST, MIRROR_PORT...
+_SERVICE_LINK = re.compile(
+    r"^MIRROR(_[A-Z0-9]+)*?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9]+)*|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$"
+)
+
+
+def _shown(value: object) -> str:
+    """A value in an error message: quoted, control characters escaped, the middle of a long one cut out."""
+    return clip(repr(value), SHOWN_VALUE)
+
 
 def _platform(value: str) -> str:
     parts = value.split("/")
     if not 2 <= len(parts) <= 3 or not all(p and p.replace("_", "").isalnum() for p in parts):
-        raise ValueError(f"{value!r} is not a platform like linux/amd64 or linux/arm64/v8")
+        raise ValueError(f"{_shown(value)} is not a platform like linux/amd64 or linux/arm64/v8")
     return value
 
 
 def _plain_name(value: str | None) -> str | None:
     if value is not None and not _NAME.match(value):
-        raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
+        raise ValueError(f"{_shown(value)} must be lower-case letters, digits, '.', '_' or '-'")
     return value
 
 
@@ -58,8 +107,93 @@ def _plain_file_name(value: str) -> str:
 
 def _chart_repository(value: str) -> str:
     if not re.match(r"^(https?|oci)://[^/\s]+", value):
-        raise ValueError(f"{value!r}: expected https://host/path (a Helm repository) or oci://host/path")
+        raise ValueError(f"{_shown(value)}: expected https://host/path (a Helm repository) or oci://host/path")
     return value.rstrip("/")
+
+
+def _helm_release(value: str) -> str:
+    if len(value) > HELM_RELEASE_MAX or not _DNS_LABEL.match(value):
+        raise ValueError(
+            f"{_shown(value)} is not a Helm release name: lower-case letters, digits and '-', starting and ending with "
+            f"a letter or digit, at most {HELM_RELEASE_MAX} characters"
+        )
+    return value
+
+
+def _kube_namespace(value: str) -> str:
+    if len(value) > KUBE_LABEL_MAX or not _DNS_LABEL.match(value):
+        raise ValueError(
+            f"{_shown(value)} is not a Kubernetes namespace: lower-case letters, digits and '-', starting and ending "
+            f"with a letter or digit, at most {KUBE_LABEL_MAX} characters"
+        )
+    return value
+
+
+def _kube_object_name(value: str | None) -> str | None:
+    if value is not None and (len(value) > KUBE_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.match(value)):
+        raise ValueError(
+            f"{_shown(value)} is not a Kubernetes object name: lower-case letters, digits, '-' and '.', starting and "
+            "ending with a letter or digit"
+        )
+    return value
+
+
+def _not_blank(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise ValueError("is empty")
+    return value
+
+
+_PLAIN_SCALARS = (str, int, float, bool, type(None), datetime.date)  # what a Helm values file holds
+
+
+def _plain_data(value: dict[str, Any]) -> dict[str, Any]:
+    """Free-form Helm values (values.extra, charts[].values): strings, finite numbers, booleans, null, dates,
+    lists and string-keyed mappings, at most MAX_CONFIG_DEPTH deep and MAX_CONFIG_NODES in all (YAML aliases
+    counted each time they are used): they are written to a values file and read by Helm."""
+    pending: list[tuple[object, int]] = [(value, 1)]
+    seen = 0
+    while pending:
+        item, depth = pending.pop()
+        seen += 1
+        if seen > MAX_CONFIG_NODES:
+            raise ValueError(f"more than {MAX_CONFIG_NODES} values")
+        if depth > MAX_CONFIG_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_CONFIG_DEPTH} levels")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"key {clip(repr(key), 60)} is not a string")
+                pending.append((child, depth + 1))
+        elif isinstance(item, list):
+            pending.extend((child, depth + 1) for child in item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{item} is not a finite number")
+        elif not isinstance(item, _PLAIN_SCALARS):
+            raise ValueError(
+                f"{type(item).__name__} value {clip(repr(item), 60)}: expected a string, number, boolean, null, "
+                "list or mapping"
+            )
+    return value
+
+
+def _union_members(annotation: Any) -> tuple[Any, ...]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(a for a in typing.get_args(annotation) if a is not type(None))
+    return (annotation,)
+
+
+def _strict_scalar(value: object, annotation: Any) -> object:
+    """YAML's `true` is not a count, `1` is not a yes, and an empty path is not the current directory, though
+    lax pydantic takes each of them. Strings (what MIRROR_* variables hold) are still parsed by pydantic."""
+    kinds = set(_union_members(annotation))
+    if isinstance(value, bool) and kinds & {int, float}:
+        raise ValueError("expected a number, not true/false")
+    if bool in kinds and isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError("expected true or false, not a number")
+    if Path in kinds and isinstance(value, str) and not value.strip():
+        raise ValueError("an empty path (it would mean the current directory)")
+    return value
 
 
 class ConfigError(Exception):
@@ -67,12 +201,17 @@ class ConfigError(Exception):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_scalars(cls, value: object, info: ValidationInfo) -> object:
+        return _strict_scalar(value, cls.model_fields[info.field_name].annotation) if info.field_name else value
 
 
 def _env_name(value: str | None) -> str | None:
     if value is not None and not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not an environment variable name (letters, digits and '_')")
+        raise ValueError(f"{_shown(value)} is not an environment variable name (letters, digits and '_')")
     return value
 
 
@@ -104,14 +243,14 @@ class AliyunLoginSettings(_Model):
     @classmethod
     def _instance(cls, value: str | None) -> str | None:
         if value is not None and not _INSTANCE_ID.match(value):
-            raise ValueError(f"{value!r} is not an ACR Enterprise instance id (cri-...)")
+            raise ValueError(f"{_shown(value)} is not an ACR Enterprise instance id (cri-...)")
         return value
 
     @field_validator("region")
     @classmethod
     def _region(cls, value: str | None) -> str | None:
         if value is not None and not _REGION.match(value):
-            raise ValueError(f"{value!r} is not a region id like cn-hangzhou")
+            raise ValueError(f"{_shown(value)} is not a region id like cn-hangzhou")
         return value
 
     @field_validator("endpoint")
@@ -140,6 +279,17 @@ class RegistrySettings(_Model):
     @classmethod
     def _password_env(cls, value: str | None) -> str | None:
         return _env_name(value)
+
+    @field_validator("username")
+    @classmethod
+    def _username(cls, value: str | None) -> str | None:
+        return _not_blank(value)
+
+    @field_validator("password")
+    @classmethod
+    def _password(cls, value: SecretStr | None) -> SecretStr | None:
+        _not_blank(None if value is None else value.get_secret_value())
+        return value
 
     aliyun: AliyunLoginSettings | None = None  # an ACR host: log in with a RAM identity, no stored password
 
@@ -182,16 +332,24 @@ class TargetSettings(_Model):
     pull_secret: str | None = None  # always put this global.imagePullSecrets entry in the values
     pull_secret_name: str = "acr-pull"  # noqa: S105 - a Secret object name, used when anonymous pulls fail
 
-    @field_validator("name", "pull_secret", "pull_secret_name")
+    @field_validator("name")
     @classmethod
-    def _name(cls, value: str | None) -> str | None:
-        return _plain_name(value)
+    def _name(cls, value: str) -> str:
+        return _plain_name(value) or value
+
+    @field_validator("pull_secret", "pull_secret_name")
+    @classmethod
+    def _secret_name(cls, value: str | None) -> str | None:
+        return _kube_object_name(value)
 
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, value: str) -> str:
-        if not all(_NAME.match(part) for part in value.split("/")):
-            raise ValueError(f"{value!r} must be lower-case path components of letters, digits, '.', '_' or '-'")
+        if len(value) > 255 or not all(_PATH_COMPONENT.match(part) for part in value.split("/")):
+            raise ValueError(
+                f"{_shown(value)}: expected lower-case path components of letters and digits, with '.', '_' or '-' "
+                "only between them"
+            )
         return value
 
     @field_validator("platforms")
@@ -201,10 +359,22 @@ class TargetSettings(_Model):
 
     @model_validator(mode="after")
     def _edition_rules(self) -> TargetSettings:
-        if "/" in self.namespace and acr.is_personal(self.registry):
+        personal = acr.is_personal(self.registry)
+        if "/" in self.namespace and personal:
             raise ValueError(
-                f"namespace {self.namespace!r}: ACR personal edition ({self.registry}) takes exactly "
+                f"namespace {_shown(self.namespace)}: ACR personal edition ({self.registry}) takes exactly "
                 "<namespace>/<repository>, no deeper paths"
+            )
+        first = self.namespace.split("/")[0]  # Enterprise: the namespace; the rest is the repository's path
+        if personal and not _ACR_PERSONAL_NAMESPACE.match(first):
+            raise ValueError(
+                f"namespace {_shown(first)}: an ACR personal edition namespace is 2-30 lower-case letters, digits, '_' "
+                "or '-', starting and ending with a letter or digit"
+            )
+        if acr.edition_of(self.registry) == acr.ENTERPRISE and not _ACR_ENTERPRISE_NAMESPACE.match(first):
+            raise ValueError(
+                f"namespace {_shown(first)}: an ACR Enterprise namespace is 2-120 lower-case letters, digits, '.', '_' "
+                "or '-', starting and ending with a letter or digit"
             )
         return self
 
@@ -238,7 +408,7 @@ class ImageSettings(_Model):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError(f"{value!r} must be one repository component (lower-case, no '/')")
+            raise ValueError(f"{_shown(value)} must be one repository component (lower-case, no '/')")
         return value
 
     @field_validator("source")
@@ -250,7 +420,7 @@ class ImageSettings(_Model):
     @classmethod
     def _tag(cls, value: str) -> str:
         if not reference.is_valid_tag(value.replace(VERSION_PLACEHOLDER, "v0.0.0")):
-            raise ValueError(f"{value!r} is not a valid tag (the only placeholder is {VERSION_PLACEHOLDER})")
+            raise ValueError(f"{_shown(value)} is not a valid tag (the only placeholder is {VERSION_PLACEHOLDER})")
         return value
 
     @field_validator("values_keys")
@@ -258,7 +428,7 @@ class ImageSettings(_Model):
     def _keys(cls, value: list[str]) -> list[str]:
         for key in value:
             if not all(_VALUES_KEY_PART.match(part) for part in key.split(".")):
-                raise ValueError(f"{key!r} is not a dotted Helm values key")
+                raise ValueError(f"{_shown(key)} is not a dotted Helm values key")
         return value
 
     @property
@@ -285,6 +455,21 @@ class ValuesSettings(_Model):
     @classmethod
     def _file_name(cls, value: str) -> str:
         return _plain_file_name(value)
+
+    @field_validator("release")
+    @classmethod
+    def _release(cls, value: str) -> str:
+        return _helm_release(value)
+
+    @field_validator("kube_namespace")
+    @classmethod
+    def _kube_namespace(cls, value: str) -> str:
+        return _kube_namespace(value)
+
+    @field_validator("extra")
+    @classmethod
+    def _extra(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _plain_data(value)
 
 
 class TransferSettings(_Model):
@@ -328,14 +513,14 @@ class ChartSettings(_Model):
     @classmethod
     def _chart_name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError(f"{value!r} is not a chart name")
+            raise ValueError(f"{_shown(value)} is not a chart name")
         return value
 
     @field_validator("kube_version")
     @classmethod
     def _kube_version(cls, value: str) -> str:
-        if not re.match(r"^v?\d+\.\d+\.\d+$", value):
-            raise ValueError(f"{value!r}: expected a Kubernetes version like 1.32.0")
+        if not re.match(r"^v?\d{1,9}\.\d{1,9}\.\d{1,9}$", value):
+            raise ValueError(f"{_shown(value)}: expected a Kubernetes version like 1.32.0")
         return value.removeprefix("v")
 
 
@@ -360,16 +545,40 @@ class InstallChartSettings(_Model):
     def _repository(cls, value: str) -> str:
         return _chart_repository(value)
 
-    @field_validator("name", "release", "namespace")
+    @field_validator("name")
     @classmethod
-    def _names(cls, value: str | None) -> str | None:
-        return _plain_name(value)
+    def _name(cls, value: str) -> str:
+        return _plain_name(value) or value
+
+    @field_validator("release")
+    @classmethod
+    def _release(cls, value: str | None) -> str | None:
+        return None if value is None else _helm_release(value)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        return None if value is None else _kube_namespace(value)
+
+    @field_validator("values")
+    @classmethod
+    def _values(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _plain_data(value)
+
+    @model_validator(mode="after")
+    def _release_from_name(self) -> InstallChartSettings:
+        if self.release is None and (len(self.name) > HELM_RELEASE_MAX or not _DNS_LABEL.match(self.name)):
+            raise ValueError(
+                f"release: defaults to the chart's name {_shown(self.name)}, which is not a Helm release name; "
+                "set release:"
+            )
+        return self
 
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
         if value != NEWEST and not _CHART_VERSION.match(value):
-            raise ValueError(f"{value!r}: expected a chart version like 1.3.0, or {NEWEST}")
+            raise ValueError(f"{_shown(value)}: expected a chart version like 1.3.0, or {NEWEST}")
         return value
 
     @field_validator("file_name")
@@ -418,7 +627,7 @@ class SignatureRule(_Model):
             try:
                 re.compile(value)
             except re.error as exc:
-                raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+                raise ValueError(f"{_shown(value)} is not a regular expression: {exc}") from None
         return value
 
     @model_validator(mode="after")
@@ -464,7 +673,8 @@ def _long_enough(value: SecretStr | None) -> SecretStr | None:
 
 
 def read_secret_file(path: Path) -> bytes:
-    return path.read_bytes().strip()
+    with path.open("rb") as stream:
+        return stream.read(MAX_SECRET_FILE_BYTES + 1).strip()
 
 
 def secret_bytes(value: SecretStr | None, path: Path | None) -> bytes | None:
@@ -533,21 +743,23 @@ class RetrySettings(_Model):
     """Retries of transient failures: exponential backoff with jitter, capped in count and total time."""
 
     attempts: int = Field(default=5, ge=1, le=100)
-    base_delay: float = Field(default=0.5, ge=0)
-    max_delay: float = Field(default=30.0, ge=0)
-    max_elapsed: float = Field(default=300.0, gt=0)
+    base_delay: float = Field(default=0.5, ge=0, le=3600)
+    max_delay: float = Field(default=30.0, ge=0, le=3600)
+    max_elapsed: float = Field(default=300.0, gt=0, le=86400)
 
 
 class BudgetSettings(_Model):
     """Docker Hub's pull budget: manifest GETs pause when `ratelimit-remaining` reaches `floor`."""
 
     floor: int = Field(default=2, ge=0)
-    max_wait: float = Field(default=900.0, ge=0)
-    poll_interval: float = Field(default=60.0, gt=0)
+    max_wait: float = Field(default=900.0, ge=0, le=86400)
+    poll_interval: float = Field(default=60.0, gt=0, le=3600)
 
 
 class MirrorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MIRROR_", env_nested_delimiter="__", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True, allow_inf_nan=False
+    )
 
     source: SourceSettings = SourceSettings()
     targets: list[TargetSettings] = Field(min_length=1)
@@ -567,8 +779,8 @@ class MirrorSettings(BaseSettings):
     database_url: str | None = None  # default: sqlite:///<state_dir>/mirror.db
     webhook: WebhookSettings = WebhookSettings()
     service: ServiceSettings = ServiceSettings()
-    shutdown_grace: float = Field(default=20.0, ge=0)  # seconds in-flight uploads get after SIGTERM
-    lock_timeout: float = Field(default=600.0, ge=0)  # how long to wait for another sync of a target
+    shutdown_grace: float = Field(default=20.0, ge=0, le=3600)  # seconds in-flight uploads get after SIGTERM
+    lock_timeout: float = Field(default=600.0, ge=0, le=86400)  # how long to wait for another sync of a target
     lock_dir: Path | None = None  # default: <temp dir>/mirror-locks; with a PostgreSQL database_url, locks are there
     values: ValuesSettings = ValuesSettings()
     signatures: SignatureSettings = SignatureSettings()
@@ -585,9 +797,16 @@ class MirrorSettings(BaseSettings):
         # The YAML file arrives as init kwargs; the environment overrides it.
         return env_settings, init_settings
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_scalars(cls, value: object, info: ValidationInfo) -> object:
+        return _strict_scalar(value, cls.model_fields[info.field_name].annotation) if info.field_name else value
+
     @field_validator("schedule")
     @classmethod
     def _schedule(cls, value: str | None) -> str | None:
+        if value is not None and len(value) > MAX_SCHEDULE_LENGTH:
+            raise ValueError(f"longer than {MAX_SCHEDULE_LENGTH} characters")
         if value is not None:
             check_cron(value)
         return value
@@ -642,7 +861,7 @@ class MirrorSettings(BaseSettings):
             if target.name == name:
                 return target
         known = ", ".join(t.name for t in self.targets)
-        raise ConfigError(f"--target {name!r}: no such target (configured: {known})")
+        raise ConfigError(f"--target {_shown(name)}: no such target (configured: {known})")
 
 
 def check_cron(expression: str) -> None:
@@ -650,7 +869,7 @@ def check_cron(expression: str) -> None:
     field that is wrong."""
     fields = expression.split()
     if len(fields) not in (5, 6):
-        raise ValueError(f"{expression!r}: a cron expression has 5 fields (or 6, with seconds first)")
+        raise ValueError(f"{_shown(expression)}: a cron expression has 5 fields (or 6, with seconds first)")
     from apscheduler.triggers.cron import CronTrigger  # only configs with a schedule pay for the import
 
     names = ("second", *CRON_FIELDS) if len(fields) == 6 else CRON_FIELDS
@@ -658,56 +877,325 @@ def check_cron(expression: str) -> None:
         try:
             CronTrigger(**{name: value}, timezone="UTC")
         except ValueError as exc:
-            raise ValueError(f"{expression!r}: {name} field {value!r}: {exc}") from None
+            raise ValueError(f"{_shown(expression)}: {name} field {_shown(value)}: {exc}") from None
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with two bounds: nesting (the composer recurses once per level, so a file nested
+    thousands deep would exhaust the stack) and the values the document stands for with every alias expanded
+    (an alias bomb is a few lines that pydantic and the values writer would walk billions of times)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+        self._anchored_sizes: dict[int, int] = {}  # id(node) -> its size, aliases in it expanded
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        mark = event.start_mark if isinstance(event.start_mark, Mark) else None
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            size = self._anchored_sizes.get(id(node))
+            if size is None:
+                raise ComposerError(None, None, f"alias *{event.anchor} is used inside its own anchor", mark)
+            self._count(size, mark)
+            return node
+        self._depth += 1
+        if self._depth > MAX_CONFIG_DEPTH:
+            raise ComposerError(None, None, f"nested deeper than {MAX_CONFIG_DEPTH} levels", mark)
+        before = self._nodes
+        self._count(1, mark)
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if node is not None and getattr(event, "anchor", None) is not None:
+            self._anchored_sizes[id(node)] = self._nodes - before
+        return node
+
+    def _count(self, nodes: int, mark: Mark | None) -> None:
+        self._nodes += nodes
+        if self._nodes > MAX_CONFIG_NODES:
+            raise ComposerError(None, None, f"more than {MAX_CONFIG_NODES} values, aliases expanded", mark)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = f"{exc.context}: " if exc.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {context}{exc.problem}"
+    return " ".join(str(exc).split())
+
+
+def _undecodable(raw: bytes, exc: UnicodeDecodeError) -> str:
+    return f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+
+
+def config_path(environ: Mapping[str, str]) -> Path:
+    """The config file when --config is not given: $MIRROR_CONFIG, else config/mirror.yaml."""
+    named = environ.get("MIRROR_CONFIG")
+    if named is not None and not named.strip():
+        raise ConfigError("MIRROR_CONFIG is set but empty: name the config file, or unset it")
+    return Path(named) if named is not None else DEFAULT_CONFIG_PATH
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The config file's top-level mapping, read within bounds (size, nesting, aliases expanded)."""
+    where = f"config file {clip(str(path))}"
+    try:
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{where} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{where}: larger than {MAX_CONFIG_BYTES // 1024} KiB (a config file is a few KiB)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where} {_undecodable(raw, exc)}") from None
+    try:
+        data = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader, with bounds
+    except yaml.YAMLError as exc:
+        raise ConfigError(clip(f"{where}: {_yaml_problem(exc)}", MAX_LINE)) from None
+    except RecursionError:  # the bounds above should make this unreachable; a traceback would be worse
+        raise ConfigError(f"{where}: nested too deeply to read") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level")
+    # a key that is not a field would reach BaseSettings.__init__, whose _-prefixed keywords (_env_file,
+    # _env_prefix, _cli_parse_args...) configure pydantic-settings itself: such keys are not settings
+    odd = [key for key in data if not isinstance(key, str) or key.startswith("_")]
+    if odd:
+        raise ConfigError(
+            f"{where}:\n" + "\n".join(f"  {clip(repr(k), 80)}: Extra inputs are not permitted" for k in odd)
+        )
+    return data
 
 
 def load_settings(path: Path | None = None) -> MirrorSettings:
     """Read the YAML file, apply MIRROR_* overrides, validate, check the files and variables it names.
     Raises ConfigError naming each bad key (or the MIRROR_* variable that set it)."""
-    path = path or Path(os.environ.get("MIRROR_CONFIG", DEFAULT_CONFIG_PATH))
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"config file {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    environ = os.environ
+    path = path or config_path(environ)
+    data = read_config(path)
+    where = f"config file {clip(str(path))}"
+    variables = variable_problems(environ, _named_variables(data, environ))
+    if variables:
+        raise ConfigError(f"{where}:\n" + _lines(variables))
     try:
         settings = MirrorSettings(**data)
     except ValidationError as exc:
-        raise ConfigError(f"config file {path}:\n" + format_validation_error(exc, os.environ)) from None
+        raise ConfigError(f"{where}:\n" + format_validation_error(exc, environ)) from None
     except ValueError as exc:  # raised by a settings source: a MIRROR_* variable that is not valid JSON
-        raise ConfigError(_blame_variable(str(exc), os.environ) or f"config file {path}: {exc}") from None
-    problems = missing_inputs(settings, os.environ)
+        raise ConfigError(_blame_variable(str(exc), environ) or clip(f"{where}: {exc}", MAX_LINE)) from None
+    except RecursionError:  # the bounds on the file and the variables should make this unreachable
+        raise ConfigError(f"{where}: nested too deeply to check") from None
+    problems = missing_inputs(settings, environ)
     if problems:
-        raise ConfigError(f"config file {path}:\n" + "\n".join(f"  {p}" for p in problems))
+        raise ConfigError(f"{where}:\n" + _lines(problems))
     return settings
 
 
+def _lines(problems: Iterable[str]) -> str:
+    return "\n".join(f"  {clip(problem, MAX_LINE)}" for problem in problems)
+
+
+def read_named_file(path: Path, limit: int) -> str:
+    """A file the config names, as text: a regular file, readable, at most `limit` bytes, UTF-8. The
+    ValueError says which of these it is not."""
+    try:
+        regular = path.is_file()
+    except OSError as exc:
+        raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+    if not regular:
+        raise ValueError("is not a readable file")
+    try:
+        with path.open("rb") as stream:
+            raw = stream.read(limit + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise ValueError(f"is larger than {limit // 1024} KiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(_undecodable(raw, exc)) from None
+
+
+def _json_object_problem(text: str) -> str | None:
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return f"is not JSON ({type(exc).__name__})"
+    return None if isinstance(document, dict) else "is not a JSON object"
+
+
 def missing_inputs(settings: MirrorSettings, environ: Mapping[str, str]) -> list[str]:
-    """The files and environment variables the config names that are not there (or too weak to use)."""
+    """The files and environment variables the config names that are not there, not usable as they are
+    (unreadable, not UTF-8, empty, not JSON where JSON is due), or too weak to use."""
     problems = []
 
-    def need_file(key: str, path: Path | None) -> None:
-        if path is not None and not path.is_file():
-            problems.append(f"{key}: {path} is not a readable file")
+    def need_file(key: str, path: Path | None, limit: int) -> str | None:
+        if path is None:
+            return None
+        try:
+            return read_named_file(path, limit)
+        except ValueError as exc:
+            problems.append(f"{key}: {path} {exc}")
+            return None
 
-    def need_secret_file(key: str, path: Path | None) -> None:
-        need_file(key, path)
-        if path is not None and path.is_file() and len(read_secret_file(path)) < MIN_SECRET_BYTES:
-            problems.append(f"{key}: {path} holds fewer than {MIN_SECRET_BYTES} bytes (an empty key lets anyone sign)")
+    def need_json_file(key: str, path: Path | None) -> None:
+        text = need_file(key, path, MAX_DOCUMENT_FILE_BYTES)
+        problem = None if text is None else _json_object_problem(text)
+        if problem:
+            problems.append(f"{key}: {path} {problem}")
 
-    need_file("docker_config", settings.docker_config)
+    def need_secret_file(key: str, path: Path | None, min_bytes: int = 1) -> None:
+        text = need_file(key, path, MAX_SECRET_FILE_BYTES)
+        if text is not None and not text.strip():
+            problems.append(f"{key}: {path} is empty")
+        elif text is not None and len(text.strip().encode()) < min_bytes:
+            problems.append(f"{key}: {path} holds fewer than {min_bytes} bytes (an empty key lets anyone sign)")
+
+    need_json_file("docker_config", settings.docker_config)
     for host, registry in settings.registries.items():
-        need_file(f"registries.{host}.password_file", registry.password_file)
-        if registry.password_env is not None and not environ.get(registry.password_env):
-            problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is not set")
+        need_secret_file(f"registries.{host}.password_file", registry.password_file)
+        if registry.password_env is not None:
+            value = environ.get(registry.password_env)
+            if value is None:
+                problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is not set")
+            elif not value.strip():
+                problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is empty")
         if registry.aliyun is not None:
             problems += [f"registries.{host}.aliyun: {p}" for p in _aliyun_problems(host, registry.aliyun, environ)]
-    need_secret_file("webhook.secret_file", settings.webhook.secret_file)
-    need_secret_file("service.api_token_file", settings.service.api_token_file)
+    need_secret_file("webhook.secret_file", settings.webhook.secret_file, MIN_SECRET_BYTES)
+    need_secret_file("service.api_token_file", settings.service.api_token_file, MIN_SECRET_BYTES)
+    need_json_file("signatures.trusted_root", settings.signatures.trusted_root)
     return problems
+
+
+def _named_variables(data: Mapping[str, Any], environ: Mapping[str, str]) -> set[str]:
+    """The variables the config names as password sources (password_env, in the file or set by a MIRROR_*
+    variable): they may be called MIRROR_* too without being settings."""
+    registries = data.get("registries")
+    named = {
+        entry["password_env"]
+        for entry in (registries.values() if isinstance(registries, dict) else ())
+        if isinstance(entry, dict) and isinstance(entry.get("password_env"), str)
+    }
+    prefix = ENV_PREFIX + "REGISTRIES__"
+    return named | {
+        value
+        for name, value in environ.items()
+        if name.upper().startswith(prefix) and name.upper().endswith("__PASSWORD_ENV")
+    }
+
+
+def variable_problems(environ: Mapping[str, str], named: Iterable[str] = ()) -> list[str]:
+    """The MIRROR_* variables that set no setting (pydantic-settings would ignore a misspelt one), each with
+    the nearest valid name, and those whose JSON value is nested deeper than MAX_CONFIG_DEPTH. Variables in
+    NOT_SETTINGS, Kubernetes service links and the variables the config names (`named`) are left alone."""
+    allowed = set(NOT_SETTINGS) | set(named)
+    problems = []
+    for name in sorted(environ):
+        if not name.upper().startswith(ENV_PREFIX) or name in allowed or _SERVICE_LINK.match(name):
+            continue
+        problem = _variable_problem(name, environ[name])
+        if problem:
+            problems.append(f"{name}: {problem}")
+    return problems
+
+
+def _variable_problem(name: str, value: str) -> str | None:
+    """Why the variable `name` sets nothing, read as pydantic-settings reads it (case-insensitively, `__`
+    between nested keys), or None when it names a setting."""
+    parts = name[len(ENV_PREFIX) :].split("__")
+    if len(parts) > MAX_CONFIG_DEPTH:
+        return f"nested deeper than {MAX_CONFIG_DEPTH} keys"
+    node: Any = MirrorSettings
+    for index, part in enumerate(parts):
+        if node is Any:
+            break  # a key inside free-form values (values.extra)
+        model, mapping = _model_of(node), _mapping_value(node)
+        if model is not None:
+            field = model.model_fields.get(part.lower())
+            if field is None:
+                return "not a setting" + _nearest(name, parts[:index], model)
+            node = field.annotation
+        elif mapping is not None:
+            node = mapping  # `part` is a key of the mapping: a registry host
+        else:
+            whole = ENV_PREFIX + "__".join(parts[:index])
+            return f"not a setting: {whole} is set whole (JSON for a list or a mapping), not part by part"
+    if _structured(node) and _json_depth(value) > MAX_CONFIG_DEPTH:
+        return f"its JSON value is nested deeper than {MAX_CONFIG_DEPTH} levels"
+    return None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    for member in _union_members(annotation):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            return member
+    return None
+
+
+def _mapping_value(annotation: Any) -> Any:
+    """X for a dict[str, X] field, else None."""
+    for member in _union_members(annotation):
+        if typing.get_origin(member) is dict:
+            return typing.get_args(member)[1]
+    return None
+
+
+def _structured(annotation: Any) -> bool:
+    """Whether pydantic-settings reads the variable's value as JSON: a model, a list, a mapping, free-form."""
+    return annotation is Any or any(
+        typing.get_origin(m) in (list, dict) or _model_of(m) is not None for m in _union_members(annotation)
+    )
+
+
+def _setting_paths(model: type[BaseModel]) -> list[tuple[str, ...]]:
+    paths: list[tuple[str, ...]] = []
+    for name, field in model.model_fields.items():
+        paths.append((name,))
+        inner = _model_of(field.annotation)
+        if inner is not None:
+            paths += [(name, *rest) for rest in _setting_paths(inner)]
+    return paths
+
+
+def _nearest(name: str, prefix: list[str], model: type[BaseModel]) -> str:
+    """`; did you mean MIRROR_...?` with the closest setting below the part of `name` that was found, or ""."""
+    lead = ENV_PREFIX + "".join(f"{part}__" for part in prefix)
+    tails = {"__".join(path).upper() for path in _setting_paths(model)}
+    found = difflib.get_close_matches(name[len(lead) :].upper(), tails, n=1)  # the shared lead would match anything
+    if found:
+        return f"; did you mean {lead}{found[0]}?"
+    return " (a setting's variable is MIRROR_ and its key path joined with __, e.g. MIRROR_TRANSFER__READ_TIMEOUT)"
+
+
+def _json_depth(text: str) -> int:
+    """How deep brackets nest in `text`, outside JSON strings: checked before json.loads, which would recurse."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def _aliyun_problems(host: str, login: AliyunLoginSettings, environ: Mapping[str, str]) -> list[str]:
@@ -746,5 +1234,5 @@ def format_validation_error(exc: ValidationError, environ: Mapping[str, str] | N
         key = ".".join(str(part) for part in error["loc"]) or "(top level)"
         variable = _variable_for(tuple(error["loc"]), environ) if environ is not None else None
         where = f"{key} (set by the environment variable {variable})" if variable else key
-        lines.append(f"  {where}: {error['msg']}")
+        lines.append("  " + clip(f"{where}: {error['msg']}", MAX_LINE))
     return "\n".join(lines)

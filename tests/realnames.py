@@ -570,7 +570,7 @@ def main(directory: Path, whole_install: bool = False) -> None:
         if whole is not None:
             registries |= {name: {"username": SEEDER[0], "password": SEEDER[1]} for name in whole.fronts}
         publisher = MirrorSettings(
-            targets=[{"name": "unused", "registry": "registry.cn-hangzhou.aliyuncs.com", "namespace": "x"}],  # type: ignore[list-item]
+            targets=[{"name": "unused", "registry": "registry.cn-hangzhou.aliyuncs.com", "namespace": "xx"}],  # type: ignore[list-item]
             images=[{"name": "unused", "source": "unused/unused"}],  # type: ignore[list-item]
             registries=registries,  # type: ignore[arg-type]
         )

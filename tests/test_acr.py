@@ -209,10 +209,10 @@ def test_personal_edition_refuses_deeper_paths_before_any_push(tmp_path: Path) -
         load_settings(path)
     enterprise = {
         **base,
-        "targets": [{"name": "bj", "registry": "inst-registry.cn-beijing.cr.aliyuncs.com", "namespace": "a/b"}],
+        "targets": [{"name": "bj", "registry": "inst-registry.cn-beijing.cr.aliyuncs.com", "namespace": "ab/c"}],
     }
     path.write_text(yaml.safe_dump(enterprise))
-    assert load_settings(path).targets[0].namespace == "a/b"
+    assert load_settings(path).targets[0].namespace == "ab/c"
 
 
 def test_charts_before_2_7_are_refused_before_any_request(

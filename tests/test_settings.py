@@ -263,3 +263,309 @@ def test_serve_on_a_taken_port_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     output = (done.stdout + done.stderr).strip().splitlines()
     assert len(output) == 1 and "cannot listen on 127.0.0.1" in output[0], output
+
+
+# -- odd values are refused at load, each in one line naming the key -----------------------------------------
+
+ACR_PERSONAL = "registry.cn-hangzhou.aliyuncs.com"
+ACR_ENTERPRISE = "inst-registry.cn-beijing.cr.aliyuncs.com"
+
+
+def target_with(**changes: object) -> dict[str, object]:
+    return with_changes(targets=[{"name": "hz", "registry": ACR_PERSONAL, "namespace": "ns", **changes}])
+
+
+def chart_install(**changes: object) -> dict[str, object]:
+    return with_changes(
+        chart={"repository": "https://charts.example/hami"},
+        charts=[{"repository": "https://charts.example/webui", "name": "hami-webui", **changes}],
+    )
+
+
+ODD_VALUES = [
+    # a number that never ends: every float the config holds is finite and has a ceiling
+    (with_changes(retry={"max_elapsed": float("inf")}), "retry.max_elapsed", "finite number"),
+    (with_changes(retry={"base_delay": float("nan")}), "retry.base_delay", "finite number"),
+    (with_changes(transfer={"read_timeout": float("inf")}), "transfer.read_timeout", "finite number"),
+    (with_changes(retry={"max_delay": 1e9}), "retry.max_delay", "less than or equal to 3600"),
+    (with_changes(pull_budget={"max_wait": 1e9}), "pull_budget.max_wait", "less than or equal to 86400"),
+    (with_changes(pull_budget={"poll_interval": 1e9}), "pull_budget.poll_interval", "less than or equal"),
+    (with_changes(lock_timeout=float("inf")), "lock_timeout", "finite number"),
+    (with_changes(lock_timeout=1e9), "lock_timeout", "less than or equal to 86400"),
+    (with_changes(shutdown_grace=1e9), "shutdown_grace", "less than or equal to 3600"),
+    (with_changes(service={"body_seconds": float("inf")}), "service.body_seconds", "finite number"),
+    # a yes is not a count, and a count is not a yes
+    (with_changes(transfer={"blob_concurrency": True}), "transfer.blob_concurrency", "not true/false"),
+    (with_changes(transfer={"read_timeout": True}), "transfer.read_timeout", "not true/false"),
+    (with_changes(chart={"max_images": False}), "chart.max_images", "not true/false"),
+    (target_with(referrers=1), "targets.0.referrers", "expected true or false"),
+    (with_changes(registries={"r.example": {"plain_http": 0}}), "registries.r.example.plain_http", "true or false"),
+    # an empty path is the current directory
+    (with_changes(output_dir=""), "output_dir", "empty path"),
+    (with_changes(state_dir=" "), "state_dir", "empty path"),
+    (with_changes(spool={"dir": ""}), "spool.dir", "empty path"),
+    (with_changes(lock_dir=""), "lock_dir", "empty path"),
+    (with_changes(docker_config=""), "docker_config", "empty path"),
+    (with_changes(registries={"r.example": {"password_file": ""}}), "registries.r.example.password_file", "empty"),
+    (with_changes(webhook={"secret_file": ""}), "webhook.secret_file", "empty path"),
+    (with_changes(service={"api_token_file": ""}), "service.api_token_file", "empty path"),
+    (with_changes(signatures={"trusted_root": ""}), "signatures.trusted_root", "empty path"),
+    (with_changes(registries={"r.example": {"username": " ", "password": "x"}}), "r.example.username", "empty"),
+    (with_changes(registries={"r.example": {"username": "u", "password": ""}}), "r.example.password", "empty"),
+    # namespaces ACR refuses
+    (target_with(namespace="demo-"), "targets.0.namespace", "'demo-'"),
+    (target_with(namespace="-demo"), "targets.0.namespace", "'-demo'"),
+    (target_with(namespace="Demo"), "targets.0.namespace", "'Demo'"),
+    (target_with(namespace="d"), "targets.0", "2-30 lower-case letters"),
+    (target_with(namespace="a" * 31), "targets.0", "2-30 lower-case letters"),
+    (target_with(namespace="de.mo"), "targets.0", "2-30 lower-case letters"),  # no '.' on Personal Edition
+    (target_with(registry=ACR_ENTERPRISE, namespace="x/deeper"), "targets.0", "2-120 lower-case"),
+    (target_with(registry=ACR_ENTERPRISE, namespace="a" * 121), "targets.0", "2-120 lower-case"),
+    (target_with(registry="127.0.0.1:5000", namespace="demo_"), "targets.0.namespace", "'demo_'"),
+    # names Helm and Kubernetes refuse, found before any image is copied
+    (with_changes(values={"release": "Hami"}), "values.release", "not a Helm release name"),
+    (with_changes(values={"release": "hami_2"}), "values.release", "not a Helm release name"),
+    (with_changes(values={"release": "h" * 54}), "values.release", "at most 53 characters"),
+    (with_changes(values={"kube_namespace": "kube.system"}), "values.kube_namespace", "not a Kubernetes namespace"),
+    (with_changes(values={"kube_namespace": "n" * 64}), "values.kube_namespace", "at most 63 characters"),
+    (chart_install(release="webui-"), "charts.0.release", "not a Helm release name"),
+    (chart_install(namespace="Hami"), "charts.0.namespace", "not a Kubernetes namespace"),
+    (chart_install(name="hami_webui"), "charts.0", "defaults to the chart's name 'hami_webui'"),
+    (target_with(pull_secret="acr_pull"), "targets.0.pull_secret", "not a Kubernetes object name"),
+    # free-form values that a values file cannot hold as given
+    (with_changes(values={"extra": {"a": float("nan")}}), "values.extra", "not a finite number"),
+    (chart_install(values={"a": {"b": b"\x00\x01"}}), "charts.0.values", "bytes value"),
+    (with_changes(discovery={"versions": ">=" + "1" * 100_000 + ".0.0"}), "discovery.versions", "characters cut"),
+    (with_changes(schedule="1," * 200 + "2 * * * *"), "schedule", "longer than 256 characters"),
+]
+
+
+@pytest.mark.parametrize(("data", "key", "detail"), ODD_VALUES, ids=[f"{m[1]}:{m[2]}" for m in ODD_VALUES])
+def test_odd_values_are_refused_at_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, object], key: str, detail: str
+) -> None:
+    path = tmp_path / "mirror.yaml"
+    path.write_text(yaml.dump(data))  # yaml.dump: the binary value is written as !!binary
+    assert main(["sync", "v2.10.0", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert key in err and detail in err, err
+    assert "Traceback" not in err and all(len(line) < 500 for line in err.splitlines()), err
+
+
+@pytest.mark.parametrize(
+    ("target", "namespace"),
+    [
+        (ACR_PERSONAL, "ab"),
+        (ACR_PERSONAL, "a" * 30),
+        (ACR_PERSONAL, "my_name-space9"),
+        (ACR_ENTERPRISE, "my.team"),
+        (ACR_ENTERPRISE, "team/sub/deeper"),
+        ("127.0.0.1:5000", "x"),  # not ACR: the OCI spec's path components
+        ("harbor.example.com", "a.b/c__d"),
+    ],
+)
+def test_namespaces_acr_takes_still_load(tmp_path: Path, target: str, namespace: str) -> None:
+    data = with_changes(targets=[{"name": "t", "registry": target, "namespace": namespace}])
+    assert load_settings(config_file(tmp_path, data)).targets[0].namespace == namespace
+
+
+def test_helm_and_kubernetes_names_that_are_valid_still_load(tmp_path: Path) -> None:
+    data = chart_install(name="hami-webui", release="r" * 53, namespace="n" * 63)
+    data["values"] = {"release": "my-hami2", "kube_namespace": "gpu-system", "extra": {"a": [1, 2.5, None, "x"]}}
+    settings = load_settings(config_file(tmp_path, data))
+    assert settings.charts[0].release == "r" * 53 and settings.values.release == "my-hami2"
+
+
+def test_numbers_and_booleans_from_the_environment_still_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRROR_TRANSFER__BLOB_CONCURRENCY", "8")
+    monkeypatch.setenv("MIRROR_TRANSFER__READ_TIMEOUT", "90.5")
+    monkeypatch.setenv("MIRROR_CHART__PUBLISH", "false")
+    monkeypatch.setenv("MIRROR_CHART__REPOSITORY", "https://charts.example/hami")
+    settings = load_settings(config_file(tmp_path, VALID))
+    assert settings.transfer.blob_concurrency == 8 and settings.transfer.read_timeout == 90.5
+    assert settings.chart is not None and settings.chart.publish is False
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("MIRROR_TRANSFER__READ_TIMEOUT", "inf", "transfer.read_timeout (set by the environment variable"),
+        ("MIRROR_RETRY__MAX_ELAPSED", "nan", "retry.max_elapsed (set by the environment variable"),
+        (
+            "MIRROR_OUTPUT_DIR",
+            "",
+            "output_dir (set by the environment variable MIRROR_OUTPUT_DIR): Value error, an empty",
+        ),
+        ("MIRROR_BOGUS", "1", "MIRROR_BOGUS: not a setting"),
+        ("MIRROR_TRANSFERS__X", "1", "MIRROR_TRANSFERS__X: not a setting; did you mean MIRROR_TRANSFER?"),
+        ("MIRROR_OUTPUTDIR", "/x", "MIRROR_OUTPUTDIR: not a setting; did you mean MIRROR_OUTPUT_DIR?"),
+        ("MIRROR_TRANSFER_BLOB_CONCURRENCY", "8", "did you mean MIRROR_TRANSFER__BLOB_CONCURRENCY?"),
+        ("MIRROR_WEBHOOK_SECRET", "0123456789abcdef0", "did you mean MIRROR_WEBHOOK__SECRET?"),
+        ("MIRROR_REGISTRIES__r.example__PASWORD", "pw", "did you mean MIRROR_REGISTRIES__r.example__PASSWORD?"),
+        ("MIRROR_TARGETS__0__NAMESPACE", "ns2", "MIRROR_TARGETS is set whole"),
+        ("MIRROR_VALUES__EXTRA", "[" * 5000 + "]" * 5000, "MIRROR_VALUES__EXTRA: its JSON value is nested deeper"),
+        ("MIRROR_VALUES__EXTRA" + "__A" * 3000, "1", "nested deeper than 64 keys"),
+    ],
+    ids=lambda v: v[:40] if isinstance(v, str) else str(v),
+)
+def test_a_variable_that_sets_nothing_or_nothing_usable_is_named(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    named: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, VALID))]) == 2
+    err = capsys.readouterr().err
+    assert named in err, err
+    assert "Traceback" not in err and all(len(line) < 500 for line in err.splitlines()), err
+
+
+def test_variables_that_are_not_settings_but_expected_are_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = config_file(
+        tmp_path,
+        with_changes(registries={"r.example": {"username": "u", "password_env": "MIRROR_ACR_PASSWORD"}}),
+    )
+    monkeypatch.setenv("MIRROR_CONFIG", str(path))
+    monkeypatch.setenv("MIRROR_ACR_PASSWORD", "named by password_env")
+    # what Kubernetes sets for deploy/base/service.yaml's Service `mirror` (enableServiceLinks)
+    for name, value in {
+        "MIRROR_SERVICE_HOST": "10.0.0.7",
+        "MIRROR_SERVICE_PORT": "80",
+        "MIRROR_SERVICE_PORT_HTTP": "80",
+        "MIRROR_PORT": "tcp://10.0.0.7:80",
+        "MIRROR_PORT_80_TCP": "tcp://10.0.0.7:80",
+        "MIRROR_PORT_80_TCP_PROTO": "tcp",
+        "MIRROR_PORT_80_TCP_PORT": "80",
+        "MIRROR_PORT_80_TCP_ADDR": "10.0.0.7",
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings()
+    assert settings.registry("r.example").password_value() == "named by password_env"
+
+
+def test_an_empty_mirror_config_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRROR_CONFIG", "")
+    with pytest.raises(ConfigError, match="MIRROR_CONFIG is set but empty"):
+        load_settings()
+
+
+# -- hostile shapes in the file: one line naming the file, never a traceback ----------------------------------
+
+
+BOMB = "\n".join(
+    [
+        "lol0: &l0 [a, a, a, a, a, a, a, a, a]",
+        *(f"lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "detail"),
+    [
+        (b"targets: [\xff\xfe]\n", "is not UTF-8 text (byte 0xff at offset 10)"),
+        ("values: {extra: {a: " + "[" * 5000 + "]" * 5000 + "}}", "nested deeper than 64 levels"),
+        ("values: {extra: " + "{a: " * 5000 + "1" + "}" * 5001, "nested deeper than 64 levels"),
+        (BOMB, "more than 100000 values, aliases expanded"),
+        ("a: &a [1, *a]", "alias *a is used inside its own anchor"),
+        ("# " + "x" * (1024 * 1024), "larger than 1024 KiB"),
+        ("_env_prefix: ''\n_cli_parse_args: true\n", "'_env_prefix': Extra inputs are not permitted"),
+        ("1: one\n", "1: Extra inputs are not permitted"),
+        ("targets: [unclosed", "line 1, column 19"),
+    ],
+    ids=[
+        "not-utf8",
+        "deep-lists",
+        "deep-maps",
+        "alias-bomb",
+        "self-alias",
+        "too-large",
+        "init-keywords",
+        "int-key",
+        "bad",
+    ],
+)
+def test_a_hostile_file_is_one_line_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, detail: str
+) -> None:
+    path = tmp_path / "mirror.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert main(["sync", "v2.10.0", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and detail in err, err
+    assert "Traceback" not in err and all(len(line) < 500 for line in err.splitlines()), err
+
+
+def test_aliases_within_the_bound_still_load(tmp_path: Path) -> None:
+    shared = "registries:\n  r.example: &plain {plain_http: true}\n  s.example: *plain\n"
+    settings = load_settings(config_file(tmp_path, yaml.safe_dump(VALID) + shared))
+    assert settings.registry("s.example").plain_http is True
+
+
+# -- files the config names: readable, UTF-8, not empty, checked before any request ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "detail"),
+    [
+        (b"\xff\xfepassword", "is not UTF-8 text"),
+        (b"", "is empty"),
+        (b" \n\t\n", "is empty"),
+        (b"x" * (64 * 1024 + 1), "is larger than 64 KiB"),
+    ],
+    ids=["not-utf8", "empty", "whitespace", "too-large"],
+)
+def test_a_password_file_that_cannot_be_sent_is_refused_at_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, detail: str
+) -> None:
+    secret = tmp_path / "password"
+    secret.write_bytes(content)
+    data = with_changes(registries={"r.example": {"username": "u", "password_file": str(secret)}})
+    assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, data))]) == 2
+    err = capsys.readouterr().err
+    assert f"registries.r.example.password_file: {secret} {detail}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("key", "content", "detail"),
+    [
+        ("webhook.secret_file", b"\xff" * 32, "is not UTF-8 text"),
+        ("service.api_token_file", b"   \n", "is empty"),
+        ("docker_config", b'{"auths": ', "is not JSON"),
+        ("docker_config", b"[]", "is not a JSON object"),
+        ("docker_config", b"\xff{}", "is not UTF-8 text"),
+        ("signatures.trusted_root", b"[" * 100_000, "is not JSON (RecursionError)"),
+    ],
+)
+def test_other_files_the_config_names_are_checked_at_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, content: bytes, detail: str
+) -> None:
+    named = tmp_path / "named-file"
+    named.write_bytes(content)
+    section, _, field = key.rpartition(".")
+    data = with_changes(**({section: {field: str(named)}} if section else {field: str(named)}))
+    assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, data))]) == 2
+    err = capsys.readouterr().err
+    assert f"{key}: {named} {detail}" in err, err
+
+
+def test_an_unreadable_password_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = tmp_path / "a-directory"
+    directory.mkdir()
+    data = with_changes(registries={"r.example": {"username": "u", "password_file": str(directory)}})
+    assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, data))]) == 2
+    assert f"registries.r.example.password_file: {directory} is not a readable file" in capsys.readouterr().err
+
+
+def test_password_env_that_is_set_but_blank_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ACR_PASSWORD", "  ")
+    data = with_changes(registries={"r.example": {"username": "u", "password_env": "ACR_PASSWORD"}})
+    assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, data))]) == 2
+    assert "registries.r.example.password_env: the variable ACR_PASSWORD is empty" in capsys.readouterr().err
