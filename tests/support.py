@@ -208,7 +208,7 @@ def cdn_server(
 http_server = serve  # a handler served on a background thread, over TLS when given a context (mirror/demo/serving.py)
 
 
-MEMORY_LIMIT = 2048 * 1024 * 1024  # address space for a bounded run: Helm's Go runtime, in-process, needs most of it
+MEMORY_LIMIT = 2048 * 1024 * 1024  # address space for a bounded run (Helm's render child lowers its own)
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,7 @@ def test_chart_max_images_holds_for_the_charts_of_the_install(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry
 ) -> None:
     """A `charts:` entry is bounded by the same setting; the release chart (seven blocks) is within it (read
-    without Helm: the Go runtime does not start under run_bounded's address-space limit)."""
+    with values.yaml alone: this case is about the count, not the render)."""
 
     def setup(server: ChartServer, host: str) -> None:
         server.repository("/charts").add("hami", CHART_VERSION, release_chart(host))

@@ -2,8 +2,9 @@
 the template: HAMi's from `global.imageTag`, dcgm-exporter's from the chart's appVersion, kube-state-metrics'
 from `v` + appVersion. `images.py` guesses the first two; real Helm knows. So the chart is rendered once with
 its default values and every subchart switched on, and each such block takes the one tag its repository is
-rendered with. Without Helm (the values-only renderer), or where the render fails or is ambiguous, the guess
-stands, and the render proof after the copy is still the judge."""
+rendered with. Without Helm (the values-only renderer), or where Helm refuses the chart or the render is
+ambiguous, the guess stands, and the render proof after the copy is still the judge. A render over its bounds
+(a template that loops) stops the run here, before anything is copied."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from typing import Any
 from mirror.chart.archive import ChartArchive, ChartError
 from mirror.chart.images import ImageBlock, every_subchart_on, parse_image
 from mirror.chart.merge import deep_merge
-from mirror.chart.render import Renderer, RenderRequest, render_images
+from mirror.chart.render import (
+    DEFAULT_BOUNDS,
+    RenderBoundExceeded,
+    RenderBounds,
+    Renderer,
+    RenderRequest,
+    render_images,
+)
 from mirror.reference import Repository
 
 log = logging.getLogger("mirror")
@@ -26,14 +34,17 @@ def resolve_tags(
     request: RenderRequest,
     renderer: Renderer,
     overrides: dict[str, Any] | None = None,
+    bounds: RenderBounds = DEFAULT_BOUNDS,
 ) -> list[ImageBlock]:
-    """`blocks` with each inferred tag replaced by the one Helm renders for its repository. Synchronous: Helm
-    runs in-process or as a subprocess; callers run it in a thread."""
+    """`blocks` with each inferred tag replaced by the one Helm renders for its repository. Synchronous (Helm
+    runs in a child process, waited for): callers run it in a thread."""
     if not any(block.tag_inferred for block in blocks) or renderer == "values":
         return blocks
     values = deep_merge(overrides or {}, every_subchart_on(archive))
     try:
-        rendering = render_images(archive, values, request, renderer)
+        rendering = render_images(archive, values, request, renderer, bounds)
+    except RenderBoundExceeded:
+        raise
     except ChartError as exc:
         log.warning("chart %s %s: tags left as the values say (%s)", archive.name, archive.version, exc)
         return blocks

@@ -54,7 +54,7 @@ async def fetch_install_charts(settings: MirrorSettings, versions: list[str], cl
 
 async def read_chart(settings: MirrorSettings, spec: ChartSpec, archive: ChartArchive) -> FetchedChart:
     """The chart's image references with the user's values for it layered on, each empty tag as Helm resolves
-    it (`chart/tags.py`, in a thread: Helm runs in-process)."""
+    it (`chart/tags.py`, in a thread waiting on Helm's render child)."""
     assert settings.chart is not None
     overrides = dict(spec.extra)
     blocks = image_blocks(archive, settings.chart.kube_version, overrides, settings.chart.max_images)
