@@ -1,8 +1,13 @@
-"""Alibaba Cloud Container Registry endpoint forms: which public host has which VPC host."""
+"""Alibaba Cloud Container Registry as mirror knows it: which public host has which VPC host, the edition of a
+host, and how its manifest policy refuses a manifest class."""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mirror.registry.errors import RegistryError
 
 # (public form, VPC form) for each edition; see the README's endpoint table.
 _VPC_FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -94,3 +99,15 @@ def missing_namespace_hint(registry: str, error: Exception) -> str:
         f" (if the namespace does not exist: create it in the ACR console, Personal Edition > Namespaces; "
         f"an instance holds at most {PERSONAL_NAMESPACES} namespaces)"
     )
+
+
+# The Personal Edition takes image manifests and indexes only. Its refusal, as distribution's
+# `policy.repository.classes` words it: a config type it has no class for, or a class it does not allow.
+_CLASS_REFUSAL = re.compile(r"unknown manifest class for \S|registry does not allow \S+ manifest", re.IGNORECASE)
+
+
+def refuses_manifest_class(error: RegistryError) -> bool:
+    """The registry will not take this kind of manifest (a BuildKit attestation, a signature, a Helm chart):
+    403 `DENIED` `unknown manifest class for application/vnd.oci.empty.v1+json`. Any other answer (a denied
+    push, an invalid manifest, a digest mismatch, a server error) is a failure, not a class refusal."""
+    return error.status == 403 and error.code == "DENIED" and _CLASS_REFUSAL.search(error.message) is not None

@@ -8,28 +8,127 @@ from pathlib import Path
 
 from mirror import __version__
 
+DEFAULT_CONFIG = "config/mirror.yaml"
+CONFIG_HELP = f"config file (default: $MIRROR_CONFIG, else {DEFAULT_CONFIG})"
+
+# Help for people, kept within 80 columns: RawDescriptionHelpFormatter prints these as written.
+MIRROR_DESCRIPTION = """\
+Copy the container images of a HAMi release (and of the other charts in the
+config) from their registries to yours (ACR), verify each copy, and write the
+Helm values that install from the copies."""
+
+CONFIG_NOTE = f"""\
+config:
+  --config FILE, else $MIRROR_CONFIG, else {DEFAULT_CONFIG}. A MIRROR_*
+  environment variable overrides the setting it names, e.g.
+  MIRROR_TRANSFER__BLOB_CONCURRENCY=8."""
+
+SYNC_EXIT_CODES = """\
+exit codes:
+  0    every image verified at every target (with --dry-run: planned)
+  1    something failed: one line per failure on stderr
+  2    bad arguments, config, version or target name: nothing was sent
+  130  interrupted (Ctrl-C): no target tag moved for an unfinished copy
+  143  stopped by SIGTERM: no target tag moved for an unfinished copy"""
+
+MIRROR_EPILOG = f"""\
+examples:
+  # copy one release to every target, then write its Helm values
+  mirror sync v2.10.0
+  # every release the config's discovery filter selects
+  mirror sync --discover
+  # print the plan for one target: what would be copied; nothing is written
+  mirror sync v2.10.0 --dry-run --target cn-hangzhou
+  # the service: webhooks, the schedule, the job API
+  mirror serve --port 8080
+
+{CONFIG_NOTE}
+
+{SYNC_EXIT_CODES}
+
+`mirror sync --help` and `mirror serve --help` tell each command's options."""
+
+SYNC_DESCRIPTION = """\
+Copy the images of one or more releases to every target in the config (or
+those named by --target). Each image is resolved at its source, copied only
+where a target lacks it, and verified there. Where every image of a chart
+verified, the chart is published next to them, rendered to check that it
+pulls mirrored images only, and its Helm values are written."""
+
+SYNC_EPILOG = f"""\
+examples:
+  mirror sync v2.10.0              # one release (2.10.0 works too)
+  mirror sync v2.9.0 v2.10.0       # several releases
+  mirror sync --discover           # what the discovery filter selects
+  mirror sync v2.10.0 --json       # the report as JSON on stdout
+  # the plan for one target (copied, mounted, skipped; bytes), nothing written
+  mirror sync v2.10.0 --dry-run --target cn-hangzhou
+
+{CONFIG_NOTE}
+
+{SYNC_EXIT_CODES}"""
+
+SERVE_DESCRIPTION = """\
+Run the service: discovery on the config's schedule, release webhooks from CI
+and Docker Hub (POST /hooks/ci, POST /hooks/dockerhub/<token>), the job API
+(GET /jobs, with the API token), and /healthz, /readyz, /metrics. Each
+accepted delivery is queued, then synced as `mirror sync` would."""
+
+SERVE_EPILOG = f"""\
+examples:
+  mirror serve --port 8080
+  MIRROR_WEBHOOK__SECRET=... MIRROR_SERVICE__API_TOKEN=... \\
+    mirror serve --config /etc/mirror/mirror.yaml
+
+{CONFIG_NOTE}
+
+exit codes:
+  0    stopped (on SIGTERM the running job gets shutdown_grace seconds)
+  2    bad arguments or config, a port it cannot listen on, a job store it
+       cannot open: before the service listens"""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mirror", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="mirror",
+        description=MIRROR_DESCRIPTION,
+        epilog=MIRROR_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"mirror {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    sync_cmd = commands.add_parser("sync", help="copy the images of one or more releases to every target")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    summary = "copy the images of one or more releases to every target, then write their Helm values"
+    sync_cmd = _command(commands, "sync", summary, SYNC_DESCRIPTION, SYNC_EPILOG)
     sync_cmd.add_argument("versions", nargs="*", metavar="VERSION", help="release version, e.g. v2.10.0")
     sync_cmd.add_argument(
         "--discover", action="store_true", help="mirror the source releases that the discovery filter selects"
     )
-    sync_cmd.add_argument("--config", type=Path, help="config file (default: $MIRROR_CONFIG or config/mirror.yaml)")
     sync_cmd.add_argument("--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)")
     sync_cmd.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     sync_cmd.add_argument("--deep", action="store_true", help="verify by re-reading every target blob's sha256")
     sync_cmd.add_argument("--force", action="store_true", help="overwrite a target tag that points elsewhere")
     sync_cmd.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     sync_cmd.add_argument("-v", "--verbose", action="store_true", help="log HTTP requests too")
-    serve_cmd = commands.add_parser("serve", help="run the service: scheduled discovery, webhooks, job records")
-    serve_cmd.add_argument("--config", type=Path, help="config file (default: $MIRROR_CONFIG or config/mirror.yaml)")
+    summary = "run the service: scheduled discovery, webhooks, the job API"
+    serve_cmd = _command(commands, "serve", summary, SERVE_DESCRIPTION, SERVE_EPILOG)
     serve_cmd.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")  # noqa: S104
     serve_cmd.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     return parser
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str,
+    epilog: str,
+) -> argparse.ArgumentParser:
+    """A command with its help as written (examples, config, exit codes) and the `--config` every command takes."""
+    command = commands.add_parser(
+        name, help=summary, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    command.add_argument("--config", type=Path, metavar="FILE", help=CONFIG_HELP)
+    return command
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import httpx
 
+from mirror.errors import MirrorError
+from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.retry import RetryPolicy
 from mirror.registry.transport import layered
 from mirror.untrusted import clip
 
 
-class FetchError(Exception):
+class FetchError(MirrorError):
     """A read that did not give a body: a status, a body over its limit, or the network; one line."""
 
 
@@ -28,14 +30,9 @@ async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str
         async with client.stream("GET", url) as response:
             if response.status_code != 200:
                 raise FetchError(f"{what}: GET {shown} answered {response.status_code}")
-            declared = response.headers.get("Content-Length", "")
-            if declared.isdigit() and int(declared) > limit:
-                raise FetchError(f"{what}: {shown} is {declared} bytes (limit {limit})")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > limit:
-                    raise FetchError(f"{what}: {shown} is over {limit} bytes")
-            return bytes(body)
+            try:
+                return await read_limited(response, limit)
+            except BodyTooLarge as exc:
+                raise FetchError(f"{what}: {shown} is {exc}") from None
     except httpx.HTTPError as exc:
         raise FetchError(f"{what}: GET {shown}: {type(exc).__name__}: {clip(str(exc))}") from None

@@ -22,14 +22,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+from mirror.errors import Kind, MirrorError
 from mirror.reference import Repository, api_host
 
 MAX_NAME = 64  # ACR's limit on a repository name
 SEPARATOR = "_"
 
 
-class NameClash(ValueError):
+class NameClash(MirrorError, ValueError):
     """Two sources of one run would be copied to the same target repository."""
+
+    kind = Kind.USAGE
 
 
 def flat_name(source: Repository, home_registry: str) -> str:

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirror.errors import Kind, MirrorError
+
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
@@ -24,8 +26,10 @@ MANIFEST_ACCEPT = ", ".join(sorted(MANIFEST_TYPES))
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
 
-class ManifestError(ValueError):
+class ManifestError(MirrorError, ValueError):
     """Manifest bytes that are not what they claim to be."""
+
+    kind = Kind.SOURCE
 
 
 def sha256_digest(data: bytes) -> str:

@@ -10,11 +10,15 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from mirror.errors import Kind, MirrorError
+
 MIN_FREE_BYTES = 32 * 1024 * 1024  # a delivery is a few values files and a chart archive of a few MB
 
 
-class OutputError(Exception):
+class OutputError(MirrorError):
     """The output directory cannot take the run's files; the message says which and why."""
+
+    kind = Kind.UNAVAILABLE
 
 
 def check_writable(directory: Path, what: str, min_free: int = MIN_FREE_BYTES) -> None:

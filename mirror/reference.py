@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mirror.errors import Kind, MirrorError
+
 DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 DOCKER_HUB_API_HOST = "registry-1.docker.io"
 
@@ -15,8 +17,10 @@ _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 _HOST = re.compile(r"^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?$")
 
 
-class ReferenceError(ValueError):
+class ReferenceError(MirrorError, ValueError):
     """A name, tag or digest that is not valid."""
+
+    kind = Kind.USAGE
 
 
 def is_valid_tag(tag: str) -> bool:

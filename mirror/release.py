@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from mirror.errors import Kind, MirrorError
 from mirror.untrusted import clip
 
 MAX_VERSION_LENGTH = 127  # the longest version text looked at; longer text is refused before any regex
@@ -17,7 +18,9 @@ VersionKey = tuple[int, int, int, int, str]
 VersionFilter = list[tuple[str, VersionKey]]
 
 
-class VersionError(ValueError):
+class VersionError(MirrorError, ValueError):
+    kind = Kind.USAGE
+
     pass
 
 

@@ -3,27 +3,81 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mirror.engine.outcomes import Copied, Drift, Failed, Outcome, Planned, Refused, Rewrite, UpToDate
+from mirror.engine.referrers import Carried
 from mirror.registry.ratelimit import RateLimit
 from mirror.settings import TargetSettings
 from mirror.values import ValuesFile
 
+if TYPE_CHECKING:  # sigstore is imported only where a signature rule applies
+    from mirror.engine.signatures import SignatureCheck
 
-@dataclass
+
+@dataclass(frozen=True, slots=True)
 class TargetResult:
+    """One image at one target: the stages' outcome, and what was learnt beside it."""
+
     target: str
     reference: str
-    action: str = "failed"  # up-to-date | copied | planned | failed
-    digest: str | None = None
-    verified: bool = False
-    blobs: dict[str, int] = field(default_factory=dict)  # present / mounted / uploaded counts
-    bytes_uploaded: int = 0
-    plan: str | None = None
-    error: str | None = None
-    rewrite: dict[str, Any] | None = None  # source -> target digest and what was left out, when they differ
+    outcome: Outcome
     anonymous_pull: bool | None = None  # can a node without credentials pull the copy?
-    referrers: dict[str, Any] | None = None  # signatures, attestations, SBOMs: carried and left out
+    referrers: Carried | None = None  # signatures, attestations, SBOMs: carried and left out
+
+    @property
+    def action(self) -> str:
+        """up-to-date | copied | planned | failed"""
+        match self.outcome:
+            case UpToDate():
+                return "up-to-date"
+            case Copied() | Failed(copied=Copied()):
+                return "copied"
+            case Planned():
+                return "planned"
+        return "failed"
+
+    @property
+    def verified(self) -> bool:
+        return isinstance(self.outcome, (UpToDate, Copied))
+
+    @property
+    def copied(self) -> Copied | None:
+        match self.outcome:
+            case Copied():
+                return self.outcome
+            case Failed(copied=copied):
+                return copied
+        return None
+
+    @property
+    def digest(self) -> str | None:
+        if isinstance(self.outcome, UpToDate):
+            return self.outcome.digest
+        return self.copied.digest if self.copied else None
+
+    @property
+    def blobs(self) -> dict[str, int]:
+        """present / mounted / uploaded counts of a copy"""
+        return dict(self.copied.blobs) if self.copied else {}
+
+    @property
+    def bytes_uploaded(self) -> int:
+        return self.copied.bytes_uploaded if self.copied else 0
+
+    @property
+    def error(self) -> str | None:
+        return self.outcome.reason if isinstance(self.outcome, (Drift, Refused, Failed)) else None
+
+    @property
+    def plan(self) -> str | None:
+        return None if isinstance(self.outcome, (UpToDate, Drift)) else self.outcome.plan
+
+    @property
+    def rewrite(self) -> Rewrite | None:
+        if isinstance(self.outcome, UpToDate):
+            return self.outcome.rewrite
+        return self.copied.rewrite if self.copied else None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -35,17 +89,14 @@ class TargetResult:
             "blobs": self.blobs,
             "bytes_uploaded": self.bytes_uploaded,
         }
-        if self.plan is not None:
-            data["plan"] = self.plan
-        if self.rewrite is not None:
-            data["rewrite"] = self.rewrite
-        if self.anonymous_pull is not None:
-            data["anonymous_pull"] = self.anonymous_pull
-        if self.referrers is not None:
-            data["referrers"] = self.referrers
-        if self.error is not None:
-            data["error"] = self.error
-        return data
+        optional = {
+            "plan": self.plan,
+            "rewrite": self.rewrite.to_json() if self.rewrite else None,
+            "anonymous_pull": self.anonymous_pull,
+            "referrers": self.referrers.to_json() if self.referrers else None,
+            "error": self.error,
+        }
+        return data | {key: value for key, value in optional.items() if value is not None}
 
 
 @dataclass
@@ -55,7 +106,7 @@ class ImageResult:
     source_digest: str | None = None
     targets: list[TargetResult] = field(default_factory=list)
     error: str | None = None
-    signature: dict[str, str] | None = None  # the signature policy's verdict, where a rule applies
+    signature: SignatureCheck | None = None  # the signature policy's verdict, where a rule applies
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -65,7 +116,7 @@ class ImageResult:
             "targets": [t.to_json() for t in self.targets],
         }
         if self.signature is not None:
-            data["signature"] = self.signature
+            data["signature"] = self.signature.to_json()
         if self.error is not None:
             data["error"] = self.error
         return data

@@ -33,6 +33,7 @@ from yaml.error import Mark
 from yaml.nodes import Node
 
 from mirror import acr, reference
+from mirror.errors import Kind, MirrorError
 from mirror.release import VersionError, normalise_version, parse_filter
 from mirror.untrusted import clip
 
@@ -196,8 +197,10 @@ def _strict_scalar(value: object, annotation: Any) -> object:
     return value
 
 
-class ConfigError(Exception):
+class ConfigError(MirrorError):
     """The configuration is unusable; the message names each offending key."""
+
+    kind = Kind.USAGE
 
 
 class _Model(BaseModel):
@@ -711,6 +714,9 @@ class ServiceSettings(_Model):
     api_token_file: Path | None = None
     lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)  # a running job's lease, renewed at 1/3
     poll_seconds: float = Field(default=1.0, gt=0, le=60.0)  # how often an idle replica looks for work
+    # a job whose lease ran out this many times (its replica died running it: out of memory on a huge layer,
+    # say) is not run again: it ends failed, naming the replica that last held it and when
+    max_attempts: int = Field(default=3, ge=1, le=100)
     # the HTTP server's doors: a request's headers and its body must arrive within these, an idle keep-alive
     # connection is closed after keepalive_seconds, and connections past max_connections are answered 503
     header_seconds: float = Field(default=10.0, gt=0, le=300.0)
@@ -781,7 +787,8 @@ class MirrorSettings(BaseSettings):
     service: ServiceSettings = ServiceSettings()
     shutdown_grace: float = Field(default=20.0, ge=0, le=3600)  # seconds in-flight uploads get after SIGTERM
     lock_timeout: float = Field(default=600.0, ge=0, le=86400)  # how long to wait for another sync of a target
-    lock_dir: Path | None = None  # default: <temp dir>/mirror-locks; with a PostgreSQL database_url, locks are there
+    # the target lock files; default: <state_dir>/locks. With a PostgreSQL database_url the locks are there instead
+    lock_dir: Path | None = None
     values: ValuesSettings = ValuesSettings()
     signatures: SignatureSettings = SignatureSettings()
 

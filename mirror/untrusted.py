@@ -23,6 +23,8 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
+from mirror.errors import Kind, MirrorError
+
 try:
     from yaml._yaml import CParser as _Parser  # libyaml: parses about ten times faster
 except ImportError:  # PyYAML built without libyaml
@@ -37,18 +39,24 @@ except ImportError:  # PyYAML built without libyaml
 MAX_SHOWN = 300  # characters of someone else's text an error message may carry
 
 
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}
+
+
 def clip(text: str, limit: int = MAX_SHOWN) -> str:
     """`text` as one line of at most about `limit` characters: control characters escaped, the middle cut out
     (saying how much) when it is longer."""
-    line = text.replace("\r", "\\r").replace("\n", "\\n")
-    if len(line) <= limit:
+    line = text.translate(_ESCAPES) if len(text) <= limit else ""
+    if len(text) <= limit and len(line) <= limit:
         return line
     keep = max(limit // 2 - 10, 1)
-    return f"{line[:keep]}...[{len(line) - 2 * keep} characters cut]...{line[-keep:]}"
+    head, tail = text[:keep].translate(_ESCAPES)[:keep], text[-keep:].translate(_ESCAPES)[-keep:]
+    return f"{head}...[{len(text) - 2 * keep} characters cut]...{tail}"
 
 
-class UntrustedInput(ValueError):
+class UntrustedInput(MirrorError, ValueError):
     """Input from outside refused: the message is one line naming what was read and the bound it broke."""
+
+    kind = Kind.SOURCE
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,15 @@ class ChartSpec:
     default_reference: str = "hami-charts/hami"  # what `helm install` installs when the chart is not published
 
 
+def _header(
+    spec: ChartSpec, target: TargetSettings, version: str, chart_version_: str, warnings: tuple[str, ...]
+) -> str:
+    mirrored = f"mirrored to {target.registry}/{target.namespace} (target {target.name})"
+    what = f"HAMi {version} images" if spec.is_release_chart else f"{spec.name} {chart_version_} (with HAMi {version})"
+    header = f"{what} {mirrored},\npulled from {pull_registry(target)}. Written by mirror after verifying every image."
+    return header + "".join(f"\nWARNING: {warning}" for warning in warnings)
+
+
 def write_values(
     settings: MirrorSettings,
     target: TargetSettings,
@@ -225,11 +234,7 @@ def write_values(
     of the run. `spec` defaults to the release chart as `values:` describes it."""
     spec = spec or ChartSpec("hami", settings.values.release, settings.values.kube_namespace, settings.values.file_name)
     chart_version_ = chart_version_ or chart_version(version)
-    mirrored = f"mirrored to {target.registry}/{target.namespace} (target {target.name})"
-    what = f"HAMi {version} images" if spec.is_release_chart else f"{spec.name} {chart_version_} (with HAMi {version})"
-    header = f"{what} {mirrored},\npulled from {pull_registry(target)}. Written by mirror after verifying every image."
-    header += "".join(f"\nWARNING: {warning}" for warning in warnings)
-    text = render_values(values, header)
+    text = render_values(values, _header(spec, target, version, chart_version_, warnings))
     rbac = dra_rbac(settings.values) if spec.is_release_chart else None
     directories = [settings.output_dir / target.name / version]
     if latest:

@@ -13,12 +13,23 @@ import pytest
 import yaml
 
 from mirror import acr
+from mirror.chart.source import HELM_CONFIG
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.engine.policy import SOURCE_DIGEST_ANNOTATION
+from mirror.oci import DOCKER_MANIFEST, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, Manifest, sha256_digest
+from mirror.registry import RegistryClient, RegistryError
 from mirror.settings import ConfigError, load_settings
 from mirror.values import dra_rbac, scheduler_service_account
-from tests.support import beyond_heads, manifest_bytes, manifest_digest, requests_since, sync_json, write_config
+from tests.support import (
+    beyond_heads,
+    manifest_bytes,
+    manifest_digest,
+    requests_since,
+    sync_json,
+    with_client,
+    write_config,
+)
 from tests.test_sync import VERSION, seed_release
 
 
@@ -125,6 +136,84 @@ def test_a_filter_that_leaves_nothing_is_refused(
     code, _, err = sync_json(config, capsys, VERSION)
     assert code == 1 and "no image is left after the platform filter" in err
     assert manifest_digest(target, "mirrored/hami", VERSION) is None
+
+
+# -- the class refusal: one predicate (acr.refuses_manifest_class) for the copy, the referrers and the chart ------
+
+PLUGIN_CONFIG = "application/vnd.docker.plugin.v1+json"
+LAYER = b"a layer"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+
+
+async def push_refusal(client: RegistryClient, config_type: str, manifest_type: str) -> RegistryError:
+    """Push a manifest with this config type into the ACR-like registry; what it answers."""
+    config = b"{}"
+    for blob in (config, LAYER):
+        await client.push_blob("ns/classes", sha256_digest(blob), blob)
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": manifest_type,
+        "config": {"mediaType": config_type, "digest": sha256_digest(config), "size": len(config)},
+        "layers": [{"mediaType": OCI_LAYER, "digest": sha256_digest(LAYER), "size": len(LAYER)}],
+    }
+    manifest = Manifest.parse(json.dumps(doc).encode(), manifest_type)
+    with pytest.raises(RegistryError) as refused:
+        await client.put_manifest("ns/classes", manifest.digest, manifest)
+    return refused.value
+
+
+@pytest.mark.parametrize(
+    ("config_type", "manifest_type", "message"),
+    [
+        (OCI_EMPTY, OCI_MANIFEST, f"unknown manifest class for {OCI_EMPTY}"),  # an attestation, a bundle
+        (HELM_CONFIG, OCI_MANIFEST, f"unknown manifest class for {HELM_CONFIG}"),  # a chart
+        (PLUGIN_CONFIG, DOCKER_MANIFEST, "registry does not allow plugin manifest"),  # a class it knows, refused
+    ],
+)
+def test_each_refusal_of_the_acr_like_registry_is_a_class_refusal(
+    acr_like: LocalRegistry, config_type: str, manifest_type: str, message: str
+) -> None:
+    refused = with_client(acr_like, lambda client: push_refusal(client, config_type, manifest_type))
+    assert (refused.status, refused.code, refused.message) == (403, "DENIED", message)
+    assert acr.refuses_manifest_class(refused)
+
+
+def test_acrs_own_answer_is_a_class_refusal() -> None:
+    # FACTS: `denied: unknown manifest class for application/vnd.oci.empty.v1+json`, as docker prints it
+    where = "registry.cn-hangzhou.aliyuncs.com/hami/hami@sha256:" + "1" * 64
+    answer = RegistryError("push manifest", where, 403, "DENIED", f"unknown manifest class for {OCI_EMPTY}")
+    assert acr.refuses_manifest_class(answer)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "message"),
+    [
+        (401, "UNAUTHORIZED", "authentication required"),
+        (403, "DENIED", "requested access to the resource is denied"),  # no push right: a failure, not a class
+        (500, "", "internal server error"),
+        (500, "", f"unknown manifest class for {OCI_EMPTY}"),  # the words alone are not the refusal
+        (400, "DIGEST_INVALID", "provided digest did not match uploaded content"),
+        (400, "MANIFEST_BLOB_UNKNOWN", "blob unknown to registry"),
+        (400, "MANIFEST_INVALID", "manifest invalid"),
+        (415, "UNSUPPORTED", "The operation is unsupported."),
+        (429, "TOOMANYREQUESTS", "pull rate limit"),
+    ],
+)
+def test_other_answers_are_not_class_refusals(status: int, code: str, message: str) -> None:
+    assert not acr.refuses_manifest_class(RegistryError("push manifest", "r.test/ns/r:v1", status, code, message))
+
+
+def test_a_digest_mismatch_at_the_acr_like_registry_is_not_a_class_refusal(acr_like: LocalRegistry) -> None:
+    index = Manifest.parse(json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}).encode())
+
+    async def push_under_another_digest(client: RegistryClient) -> RegistryError:
+        with pytest.raises(RegistryError) as refused:
+            await client.put_manifest("ns/classes", "sha256:" + "0" * 64, index)
+        return refused.value
+
+    refused = with_client(acr_like, push_under_another_digest)
+    assert (refused.status, refused.code) == (400, "DIGEST_INVALID")
+    assert not acr.refuses_manifest_class(refused)
 
 
 # -- pullability --------------------------------------------------------------------------------------

@@ -1,16 +1,26 @@
 """Registry client wire cases. Real-registry behaviour is covered by test_sync; a mock transport is used
-here only for what Debian's registry does not do (relative Locations, tag paging)."""
+here only for what Debian's registry does not do (relative Locations, tag paging), and a small server on
+loopback for answers over every limit."""
 
 from __future__ import annotations
+
+import http.server
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 import pytest
 
 from mirror.demo.localregistry import LocalRegistry
-from mirror.oci import Manifest
+from mirror.oci import MAX_MANIFEST_BYTES, Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError
-from mirror.registry.errors import parse_error_body
-from tests.support import with_client
+from mirror.registry.body import BodyTooLarge, read_limited
+from mirror.registry.client import MAX_TAG_PAGE_BYTES
+from mirror.registry.errors import IntegrityError, parse_error_body
+from mirror.registry.options import ClientOptions
+from tests.support import http_server, with_client
+
+T = TypeVar("T")
 
 
 def mock_client(handler: httpx.MockTransport) -> RegistryClient:
@@ -61,7 +71,6 @@ def test_error_bodies_become_typed_errors(source: LocalRegistry) -> None:
     with pytest.raises(RegistryError) as error:
         with_client(source, fetch)
     assert error.value.status == 404 and error.value.code in {"MANIFEST_UNKNOWN", "NAME_UNKNOWN"}
-    assert error.value.not_found
     assert str(error.value).startswith(f"fetch manifest {source.host}/ns/missing:v1: 404")
 
 
@@ -127,3 +136,102 @@ async def test_authorization_follows_same_host_redirects_only() -> None:
         assert b"".join([c async for c in body.chunks]) == b"abc"
     assert seen["registry.test/v2/ns/r/blobs/moved"] is not None  # same host: kept
     assert seen["cdn.test/data"] is None  # another host: dropped
+
+
+# -- bodies read up to a limit, against a server that declares or streams too much --------------------------
+
+LONG_ANSWER = 3 * MAX_MANIFEST_BYTES  # what the server would go on sending if nobody stopped reading
+
+
+def chunked(handler: http.server.BaseHTTPRequestHandler, status: int, first: bytes, total: int) -> None:
+    """Answer with a chunked body (no Content-Length): `first`, then spaces, in 64 KiB chunks up to `total`
+    bytes (one chunk at least)."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    piece = first + b" " * (64 * 1024 - len(first))
+    sent = 0
+    try:
+        while sent < total:
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            sent += len(piece)
+            piece = b" " * len(piece)
+        handler.wfile.write(b"0\r\n\r\n")
+    except OSError:
+        pass  # the client stopped reading: what a bounded reader does
+
+
+class OverLimit(http.server.BaseHTTPRequestHandler):
+    """A registry whose answers are over every limit: declared (Content-Length, and nothing sent), or streamed
+    on and on."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.endswith("/declared"):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            self.send_header("Content-Length", str(MAX_MANIFEST_BYTES + 1))
+            self.end_headers()
+            self.close_connection = True
+        elif self.path.endswith("/error"):
+            chunked(self, 400, b"the first line of a long story\n", LONG_ANSWER)
+        else:  # a manifest, a tag page, a blob: streamed past any limit
+            chunked(self, 200, b'{"schemaVersion":2,', LONG_ANSWER)
+
+
+@pytest.fixture
+def over_limit() -> Iterator[str]:
+    with http_server(OverLimit) as server:
+        yield f"127.0.0.1:{server.server_address[1]}"
+
+
+async def at(host: str, action: Callable[[RegistryClient], Awaitable[T]]) -> T:
+    client = RegistryClient.open(host, ClientOptions(plain_http=True, anonymous=True, read_timeout=30))
+    try:
+        return await action(client)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("what", "said"),
+    [
+        ("manifest declared", f"fetch manifest {{host}}/ns/r:declared: 200: answer {MAX_MANIFEST_BYTES + 1} bytes"),
+        ("manifest streamed", f"fetch manifest {{host}}/ns/r:streamed: 200: answer over {MAX_MANIFEST_BYTES} bytes"),
+        ("tag page streamed", f"list tags {{host}}/ns/r: 200: answer over {MAX_TAG_PAGE_BYTES} bytes"),
+    ],
+)
+async def test_a_document_over_its_limit_is_refused_naming_the_limit(over_limit: str, what: str, said: str) -> None:
+    read: dict[str, Callable[[RegistryClient], Awaitable[object]]] = {
+        "manifest declared": lambda c: c.get_manifest("ns/r", "declared"),  # refused before its body arrives
+        "manifest streamed": lambda c: c.get_manifest("ns/r", "streamed"),  # refused as the limit is passed
+        "tag page streamed": lambda c: c.list_tags("ns/r"),
+    }
+    with pytest.raises(RegistryError) as error:
+        await at(over_limit, read[what])
+    assert str(error.value).startswith(said.format(host=over_limit))
+
+
+async def test_a_small_blob_longer_than_its_descriptor_is_refused(over_limit: str) -> None:
+    descriptor = Descriptor("application/octet-stream", "sha256:" + "4" * 64, 1000)
+    with pytest.raises(IntegrityError, match="more than the 1000 bytes its descriptor says"):
+        await at(over_limit, lambda c: c.read_blob("ns/r", descriptor))
+
+
+async def test_an_error_body_that_goes_on_is_cut_and_its_first_line_kept(over_limit: str) -> None:
+    with pytest.raises(RegistryError) as error:
+        await at(over_limit, lambda c: c.get_manifest("ns/r", "error"))
+    assert (error.value.status, error.value.code, error.value.message) == (400, "", "the first line of a long story")
+
+
+async def test_read_limited_truncates_or_refuses_what_is_already_in_memory() -> None:
+    request = httpx.Request("GET", "https://registry.test/")
+    assert await read_limited(httpx.Response(200, content=b"abcdef", request=request), 6) == b"abcdef"
+    assert await read_limited(httpx.Response(200, content=b"abcdef", request=request), 4, truncate=True) == b"abcd"
+    with pytest.raises(BodyTooLarge, match=r"^6 bytes \(limit 4\)$"):  # its Content-Length says so
+        await read_limited(httpx.Response(200, content=b"abcdef", request=request), 4)

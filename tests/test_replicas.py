@@ -1,6 +1,10 @@
 """Several `mirror serve` processes on one real PostgreSQL database: every accepted job runs exactly once,
 a job whose replica is killed is finished by another after its lease expires (not before), and a hand-run
-`mirror sync` of the same target waits for the replica's lock in the database."""
+`mirror sync` of the same target waits for the replica's lock in the database.
+
+Nothing here races a lease or a sleep: leases are long next to a loaded machine's hiccups, the moments that
+matter are made (a source that holds its blobs until the test lets them go), and the order of events is
+read from the store (a takeover's start against the dead replica's last lease, one clock)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,11 +26,12 @@ from mirror.oci import Manifest
 from mirror.registry import RegistryClient
 from mirror.service.store import JobStore
 from tests.support import manifest_bytes, manifest_digest, with_client, write_config
-from tests.test_crash import first_upload_started, slow_source, wait_for
+from tests.test_crash import wait_for
+from tests.test_interrupted import held_source
 from tests.test_service import Service, service_config
 from tests.test_sync import VERSION, seed_release
 
-LEASE = 3.0
+LEASE = 10.0  # renewed every third: a live replica keeps it through seconds of a loaded machine's stalls
 VERSIONS = [f"v2.{minor}.0" for minor in range(10, 30)]
 
 
@@ -88,34 +94,49 @@ def test_three_replicas_run_each_of_twenty_deliveries_exactly_once(
 def test_a_killed_replicas_job_is_finished_by_another_after_its_lease_expires(
     tmp_path: Path, target: LocalRegistry, database_url: str
 ) -> None:
-    with slow_source(tmp_path, delay=1.5) as (source, _):
+    with held_source(tmp_path / "source", serve_first=1) as (source, cdn):
         hami, _ = seed_release(source)
-        config = service_config(tmp_path, source, target, database_url=database_url)
+        config = service_config(tmp_path, source, target, service={"lease_seconds": LEASE}, database_url=database_url)
         services = replicas(config, 2)
         try:
             job_id = services[0].signed({"version": VERSION}).json()["id"]
-            wait_for(lambda: first_upload_started(target))
+            wait_for(lambda: cdn.held > 0, seconds=60)  # mid-copy, and it stays there
             running = services[0].job(job_id)
             assert running["state"] == "running" and running["attempts"] == 1
             victim = next(s for s in services if _pid_tag(s) in running["owner"])
             survivor = next(s for s in services if s is not victim)
             victim.stop(signal.SIGKILL)
             killed_at = time.time()
-            # the dead replica's lease still holds for a while: nobody takes the job before it expires
-            time.sleep(LEASE / 3)
+            # the dead replica's lease holds for seconds yet (renewed at most a third of it ago): its job is
+            # still its own
             still = survivor.job(job_id)
-            assert still["owner"] == running["owner"] and still["attempts"] == 1
-            job = survivor.wait_done(job_id, seconds=120)
+            assert still["state"] == "running" and still["owner"] == running["owner"] and still["attempts"] == 1
+            cdn.let_go()
+            job = survivor.wait_done(job_id, seconds=180)
         finally:
             for service in services:
                 service.stop()
     assert job["state"] == "succeeded", job["error"]
     assert job["attempts"] == 2 and job["owner"] != running["owner"] and _pid_tag(survivor) in job["owner"]
-    # taken over only once the last lease the dead replica renewed had run out
-    assert job["started_at"] >= still["lease_expires_at"] - 0.05
+    # taken over only once the last lease the dead replica renewed had run out: a claim reads the clock once,
+    # so its start is past the lease it found expired
+    assert job["started_at"] > still["lease_expires_at"]
     assert job["started_at"] >= killed_at
     assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
     assert "taking it over" in survivor.log.read_text()
+
+
+def lines_of(process: subprocess.Popen[str]) -> list[str]:
+    """The process's stderr lines as they come (read on a thread, so the test never blocks on a pipe)."""
+    lines: list[str] = []
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
 
 
 def _pid_tag(service: Service) -> str:
@@ -124,23 +145,28 @@ def _pid_tag(service: Service) -> str:
 
 
 def test_a_hand_run_sync_waits_for_the_replicas_lock(tmp_path: Path, target: LocalRegistry, database_url: str) -> None:
-    with slow_source(tmp_path, delay=1.0) as (source, _):
+    with held_source(tmp_path / "source", serve_first=0) as (source, cdn):
         hami, _ = seed_release(source)
         config = service_config(tmp_path, source, target, database_url=database_url)
         (service,) = replicas(config, 1)
         try:
             job_id = service.signed({"version": VERSION}).json()["id"]
-            wait_for(lambda: first_upload_started(target))
+            wait_for(lambda: cdn.held > 0, seconds=60)  # the replica holds the target's lock, mid-copy
             command = [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config)]
-            by_hand = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
-            ended_at = time.time()
-            job = service.wait_done(job_id)
+            with (tmp_path / "by-hand.out").open("w") as out:
+                by_hand = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE, text=True)
+            err = lines_of(by_hand)
+            wait_for(lambda: any("waiting for another" in line for line in err) or by_hand.poll() is not None, 60)
+            cdn.let_go()  # the replica finishes, and lets go of the lock
+            by_hand.wait(timeout=180)
+            job = service.wait_done(job_id, seconds=120)
         finally:
             service.stop()
-    assert by_hand.returncode == 0, by_hand.stderr
-    assert "waiting for another mirror sync" in by_hand.stderr and "PostgreSQL advisory lock" in by_hand.stderr
-    assert job["state"] == "succeeded" and job["finished_at"] <= ended_at
-    assert "up-to-date" in by_hand.stdout  # it ran after the replica's copy, and found it done
+    assert by_hand.returncode == 0, err
+    waited = [line for line in err if "waiting for another mirror sync" in line]
+    assert waited and "PostgreSQL advisory lock" in waited[0], err
+    assert job["state"] == "succeeded", job["error"]
+    assert "up-to-date" in (tmp_path / "by-hand.out").read_text()  # it ran after the replica's copy: found it done
     assert tag_pushes(target, "mirrored/hami") == Counter({VERSION: 1})
     assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
 

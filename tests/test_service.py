@@ -17,13 +17,17 @@ import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
 
+from mirror import database
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, free_port
 from mirror.engine.discover import select_versions
 from mirror.oci import Manifest
 from mirror.settings import DiscoverySettings
-from tests.support import beyond_heads, cdn_server, manifest_bytes, manifest_digest, with_client, write_config
+from tests.faultproxy import Fault, fault_proxy
+from tests.support import beyond_heads, manifest_bytes, manifest_digest, with_client, write_config
+from tests.test_interrupted import held_source
 from tests.test_sync import VERSION, seed_release
 
 SECRET = "webhook-shared-secret-0123"
@@ -228,6 +232,61 @@ def test_metrics_parse_and_move(service: Service, source: LocalRegistry) -> None
     assert "mirror_rate_limited_responses_total{}" in after
 
 
+def metric_samples(service: Service) -> dict[str, float]:
+    found = {}
+    for family in text_string_to_metric_families(httpx.get(f"{service.url}/metrics", timeout=5).text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            found[f"{sample.name}{{{labels}}}"] = sample.value
+    return found
+
+
+def test_the_runs_count_the_429s_they_are_answered(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """The job's registry clients tell the service's metrics each retryable answer (no global counter)."""
+    seed_release(source)
+    with fault_proxy(source.port) as proxy:
+        running = Service(service_config(tmp_path, proxy, target), free_port())
+        running.start()
+        try:
+            assert metric_samples(running)["mirror_rate_limited_responses_total{}"] == 0
+            limited = Fault("status", method="HEAD", path="/manifests/", status=429, retry_after="0", count=3)
+            proxy.add(limited)
+            job = running.wait_done(running.signed({"version": VERSION}).json()["id"])
+            after = metric_samples(running)
+        finally:
+            assert running.stopped_cleanly()
+    assert job["state"] == "succeeded", job["error"]
+    assert limited.applied == 3 and after["mirror_rate_limited_responses_total{}"] == 3
+
+
+def test_an_outcome_the_database_refuses_is_recorded_as_an_internal_error(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, database_url: str
+) -> None:
+    """Not "the database is away": the same row would be refused at every run, so the job is not run again
+    at each lease expiry. The refusal here is real: a constraint on the table that the report breaks."""
+    seed_release(source)
+    running = Service(service_config(tmp_path, source, target, database_url=database_url), free_port())
+    running.start()
+    engine = database.open_engine(database_url)
+    try:
+        with engine.begin() as db:  # a DBA's rule the full report breaks, and the bare failure does not
+            db.execute(text("ALTER TABLE jobs ADD CONSTRAINT short_results CHECK (length(result) < 10)"))
+        job = running.wait_done(running.signed({"version": VERSION}).json()["id"])
+        assert manifest_digest(target, "mirrored/hami", VERSION) is not None  # the copy itself was done
+    finally:
+        engine.dispose()
+        assert running.stopped_cleanly()
+    assert job["state"] == "failed" and job["attempts"] == 1 and job["releases"] == []
+    assert job["error"].startswith('internal error: IntegrityError: new row for relation "jobs" violates check'), job
+    assert "\n" not in job["error"] and "SQL" not in job["error"]
+    lines = [json.loads(line) for line in running.log.read_text().splitlines() if line.startswith("{")]
+    refused = [line for line in lines if line["msg"].startswith("could not record the job's outcome")]
+    assert len(refused) == 1 and "Traceback" in refused[0]["error"] and refused[0]["job"] == job["id"]
+    assert sum("Traceback" in line.get("error", "") for line in lines) == 1  # logged once
+
+
 def test_health_endpoints(service: Service) -> None:
     assert httpx.get(f"{service.url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{service.url}/readyz").json()
@@ -292,27 +351,22 @@ def test_webhooks_disabled_are_said_so(tmp_path: Path, source: LocalRegistry, ta
 
 
 def test_a_job_accepted_before_a_crash_completes_after_restart(tmp_path: Path, target: LocalRegistry) -> None:
-    from mirror.demo.localregistry import start_registry
-
-    with cdn_server(tmp_path / "slow" / "data", delay=1.0) as _cdn:
-        source = start_registry(tmp_path / "slow", redirect_to=_cdn.url)
-        try:
-            hami, _ = seed_release(source)
-            running = Service(service_config(tmp_path, source, target), free_port())
-            running.start()
-            job_id = running.signed({"version": "v2.10.0"}).json()["id"]
-            running.stop(signal.SIGKILL)  # accepted, persisted, not finished
-            assert manifest_digest(target, "mirrored/hami", VERSION) is None
-            running.start()
-            job = running.wait_done(job_id, seconds=90)
-            assert job["state"] == "succeeded", job["error"]
-            assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
-            assert running.stopped_cleanly()
-            running.start()  # a finished job's record survives restarts
-            assert running.job(job_id)["state"] == "succeeded"
-            running.stop()
-        finally:
-            source.stop()
+    with held_source(tmp_path / "slow", serve_first=0) as (source, cdn):  # no blob arrives until let go
+        hami, _ = seed_release(source)
+        running = Service(service_config(tmp_path, source, target), free_port())
+        running.start()
+        job_id = running.signed({"version": "v2.10.0"}).json()["id"]
+        running.stop(signal.SIGKILL)  # accepted, persisted, not finished
+        assert manifest_digest(target, "mirrored/hami", VERSION) is None
+        cdn.let_go()
+        running.start()
+        job = running.wait_done(job_id, seconds=90)
+        assert job["state"] == "succeeded", job["error"]
+        assert manifest_digest(target, "mirrored/hami", VERSION) == hami.digest
+        assert running.stopped_cleanly()
+        running.start()  # a finished job's record survives restarts
+        assert running.job(job_id)["state"] == "succeeded"
+        running.stop()
 
 
 def test_the_schedule_runs_discovery(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> None:

@@ -1,34 +1,61 @@
 """The job store's guarantees, on SQLite and on a real PostgreSQL: one job per delivery and per active
-release, atomic claims, leases that only expire when not renewed, and old tables upgraded in place."""
+release, atomic claims, leases that only expire when not renewed, a job that keeps losing its lease failed
+once and by one replica, and old tables upgraded in place. Time is a fake clock the tests move: no test here
+waits for a lease to run out."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from mirror.service.store import QUEUED, RUNNING, SUCCEEDED, JobStore
+from mirror.service.store import FAILED, QUEUED, RUNNING, SUCCEEDED, JobStore
 from tests.postgres import Postgres
 
 
+class FakeClock:
+    """Seconds since the epoch, moved only by the test."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        url = request.getfixturevalue("postgres").new_database()
-    opened = JobStore(url)
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    return str(request.getfixturevalue("postgres").new_database())
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(url: str, clock: FakeClock) -> Iterator[JobStore]:
+    opened = JobStore(url, clock=clock)
     yield opened
     opened.close()
 
 
-async def test_one_job_per_delivery_and_per_active_release(store: JobStore) -> None:
+async def test_one_job_per_delivery_and_per_active_release(store: JobStore, clock: FakeClock) -> None:
     answers = await asyncio.gather(*(store.enqueue("ci", ["v2.10.0"], f"delivery-{i % 3}") for i in range(30)))
     assert len({job["id"] for job, _ in answers}) == 1
     assert sum(created for _, created in answers) == 1
+    clock.advance(1)  # the discovery job comes second
     discovery = await asyncio.gather(*(store.enqueue("schedule", None, None) for _ in range(10)))
     assert len({job["id"] for job, _ in discovery}) == 1
     first = answers[0][0]
@@ -62,31 +89,119 @@ async def test_concurrent_claims_take_each_job_once(store: JobStore) -> None:
     assert all(job["state"] == RUNNING and job["attempts"] == 1 for job in await store.recent())
 
 
-async def test_a_lease_is_taken_over_only_after_it_expires(store: JobStore) -> None:
+async def test_a_lease_is_taken_over_only_after_it_expires(store: JobStore, clock: FakeClock) -> None:
     job, _ = await store.enqueue("ci", ["v2.10.0"], None)
-    held = await store.claim_next("dead", 1.0)
+    held = await store.claim_next("dead", 60)
     assert held is not None and held["owner"] == "dead"
-    assert await store.claim_next("alive", 1.0) is None  # the lease is still good
-    await asyncio.sleep(0.5)
-    assert await store.renew(job["id"], "dead", 1.0)  # renewed: good for another second
-    await asyncio.sleep(0.7)
-    assert await store.claim_next("alive", 1.0) is None
-    await asyncio.sleep(0.5)  # no renewal now: the lease runs out
+    assert held["started_at"] == clock.now and held["lease_expires_at"] == clock.now + 60
+    assert await store.claim_next("alive", 60) is None  # the lease is still good
+    clock.advance(30)
+    assert await store.renew(job["id"], "dead", 60)  # renewed: good for another minute from now
+    clock.advance(59)
+    assert await store.claim_next("alive", 60) is None  # past the first lease, within the renewed one
+    clock.advance(1)
+    assert await store.claim_next("alive", 60) is None  # the lease's last instant still holds
+    clock.advance(0.001)  # no renewal now: the lease has run out
     taken = await store.claim_next("alive", 30)
     assert taken is not None and taken["id"] == job["id"] and taken["owner"] == "alive" and taken["attempts"] == 2
     assert not await store.renew(job["id"], "dead", 1.0)
     assert not await store.finish(job["id"], "dead", SUCCEEDED, [], None)  # the old owner records nothing
+    clock.advance(5)
     assert await store.finish(job["id"], "alive", SUCCEEDED, [], None)
-    assert (await store.get(job["id"]) or {})["state"] == SUCCEEDED
+    done = await store.get(job["id"]) or {}
+    assert done["state"] == SUCCEEDED and done["finished_at"] == clock.now and done["created_at"] < clock.now
 
 
 async def test_a_released_job_is_queued_for_another_replica(store: JobStore) -> None:
     job, _ = await store.enqueue("ci", ["v2.10.0"], None)
     assert await store.claim_next("stopping", 30) is not None
     assert await store.release(job["id"], "stopping")
-    assert (await store.get(job["id"]) or {})["state"] == QUEUED
+    released = await store.get(job["id"]) or {}
+    assert released["state"] == QUEUED and released["attempts"] == 0  # a shutdown gives its claim back
     taken = await store.claim_next("other", 30)
-    assert taken is not None and taken["owner"] == "other"
+    assert taken is not None and taken["owner"] == "other" and taken["attempts"] == 1
+
+
+async def test_a_job_whose_lease_keeps_running_out_is_failed_and_the_queue_flows(
+    store: JobStore, clock: FakeClock
+) -> None:
+    poison, _ = await store.enqueue("ci", ["v2.10.0"], None)
+    clock.advance(1)
+    beside, _ = await store.enqueue("ci", ["v2.11.0"], None)
+    given_up: list[dict[str, Any]] = []
+    for attempt, replica in enumerate(("replica-a", "replica-b", "replica-c"), start=1):
+        claimed = await store.claim_next(replica, 60, max_attempts=3, on_give_up=given_up.append)
+        assert claimed is not None and claimed["id"] == poison["id"] and claimed["attempts"] == attempt
+        last_lease = claimed["lease_expires_at"]
+        clock.advance(61)  # the replica died holding it: its lease runs out
+    assert given_up == [] and (await store.get(poison["id"]) or {})["attempts"] == 3
+    taken = await store.claim_next("replica-d", 60, max_attempts=3, on_give_up=given_up.append)
+    assert taken is not None and taken["id"] == beside["id"]  # the next job flows
+    (failed,) = given_up
+    assert failed["id"] == poison["id"] and failed["state"] == FAILED and failed["finished_at"] == clock.now
+    when = datetime.datetime.fromtimestamp(last_lease, datetime.UTC).isoformat(timespec="seconds")
+    assert failed["error"] == (
+        f"gave up after 3 attempts: last held by replica-c until {when.replace('+00:00', 'Z')}, when its lease ran"
+        " out (each replica that ran it died or stopped answering: out of memory, say)"
+    )
+    assert (await store.get(poison["id"]) or {})["state"] == FAILED
+    clock.advance(61)
+    again = await store.claim_next("replica-e", 60, max_attempts=3, on_give_up=given_up.append)
+    assert again is not None and again["id"] == beside["id"] and again["attempts"] == 2  # under the limit: retaken
+    assert len(given_up) == 1
+
+
+async def test_released_claims_do_not_count_towards_the_limit(store: JobStore, clock: FakeClock) -> None:
+    job, _ = await store.enqueue("ci", ["v2.10.0"], None)
+    for replica in ("rolling-1", "rolling-2", "rolling-3", "rolling-4"):  # a rolling restart, four times over
+        assert await store.claim_next(replica, 60, max_attempts=2) is not None
+        assert await store.release(job["id"], replica)
+    assert await store.claim_next("killed", 60, max_attempts=2) is not None
+    clock.advance(61)
+    retaken = await store.claim_next("survivor", 60, max_attempts=2)
+    assert retaken is not None and retaken["id"] == job["id"] and retaken["attempts"] == 2
+
+
+async def test_replicas_giving_up_at_once_fail_a_job_once(store: JobStore, clock: FakeClock) -> None:
+    poisoned = [(await store.enqueue("ci", [f"v2.{minor}.0"], None))[0]["id"] for minor in range(10, 14)]
+    died = [await store.claim_next(f"died-{number}", 60, max_attempts=1) for number in range(4)]
+    assert sorted(job["id"] for job in died if job is not None) == sorted(poisoned)  # claimed by replicas that died
+    healthy = [(await store.enqueue("ci", [f"v2.{minor}.0"], None))[0]["id"] for minor in range(20, 26)]
+    clock.advance(61)
+    given_up: list[dict[str, Any]] = []
+    claims = await asyncio.gather(
+        *(store.claim_next(f"replica-{i}", 60, max_attempts=1, on_give_up=given_up.append) for i in range(8))
+    )
+    assert sorted(job["id"] for job in given_up) == sorted(poisoned)  # each failed by exactly one claim
+    taken = [job["id"] for job in claims if job is not None]
+    assert sorted(taken) == sorted(healthy)  # each healthy job claimed exactly once
+    states = {job["id"]: job["state"] for job in await store.recent(100)}
+    assert all(states[i] == FAILED for i in poisoned) and all(states[i] == RUNNING for i in healthy)
+
+
+async def test_an_error_with_a_nul_byte_is_recorded(store: JobStore) -> None:
+    """A registry's message may carry a NUL, which PostgreSQL's text refuses: the outcome is still written."""
+    job, _ = await store.enqueue("ci", ["v2.10.0"], None)
+    assert await store.claim_next("runner", 30) is not None
+    assert await store.finish(job["id"], "runner", FAILED, [], "get manifest: 404 MANIFEST_UNKNOWN: gone\x00away")
+    assert (await store.get(job["id"]) or {})["error"] == "get manifest: 404 MANIFEST_UNKNOWN: gone\\x00away"
+
+
+async def test_without_a_clock_the_database_keeps_the_time(url: str) -> None:
+    """PostgreSQL's clock (every replica reads the same one), or this machine's for SQLite."""
+    store = JobStore(url)
+    try:
+        before = time.time()
+        job, _ = await store.enqueue("ci", ["v2.10.0"], None)
+        claimed = await store.claim_next("replica", 45)
+        assert claimed is not None and claimed["id"] == job["id"]
+        assert claimed["lease_expires_at"] == claimed["started_at"] + 45  # one reading per transaction
+        assert before - 60 < job["created_at"] <= claimed["started_at"] < time.time() + 60  # the one machine here
+        assert await store.finish(job["id"], "replica", SUCCEEDED, [], None)
+        done = await store.get(job["id"]) or {}
+        assert claimed["started_at"] <= done["finished_at"] < time.time() + 60
+    finally:
+        store.close()
 
 
 async def test_an_older_table_is_upgraded_in_place(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ an Authorization header arrived."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import http.server
 import json
 import os
 import stat
@@ -23,8 +25,11 @@ from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.sample import SampleImage, push_multiarch
 from mirror.engine.clients import open_client
+from mirror.registry.auth import AuthError
+from mirror.registry.tokens import MAX_TOKEN_RESPONSE
 from mirror.settings import MirrorSettings
-from tests.support import CdnServer, blob_exists, cdn_server, manifest_digest, write_config
+from tests.support import CdnServer, blob_exists, cdn_server, http_server, manifest_digest, write_config
+from tests.test_client import at, chunked
 from tests.test_sync import SHARED, VERSION
 from tests.tokenserver import TokenServer, token_server
 
@@ -329,3 +334,68 @@ def test_target_refuses_anonymous_reads(world: World) -> None:
     # like a private ACR repository: what the suite's anonymous probes cannot see, the copy had to log in for
     assert manifest_digest(world.target, "mirrored/hami", VERSION) is None
     assert not blob_exists(world.target, "mirrored/hami", world.hami.digest)
+
+
+# -- the realm's answer, read up to MAX_TOKEN_RESPONSE ------------------------------------------------------
+
+TOKEN_ANSWER = b'{"token":"granted","expires_in":300}'
+
+
+def realm_answering(how: str) -> type[http.server.BaseHTTPRequestHandler]:
+    """A registry and its token realm on one port. `/v2/...` wants `Bearer granted`; `/token` answers as `how`
+    says: `chunked` (a small JSON answer with no Content-Length, which httpx cannot have read before the auth
+    flow sees it), `chunked-on-and-on` (a JSON answer padded past the limit), or `declared` (a Content-Length
+    over the limit)."""
+
+    class Realm(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+            self.send_response(status)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path.startswith("/token"):
+                return self.token()
+            if self.headers.get("Authorization") == "Bearer granted":
+                return self.send(200, b'{"name":"ns/r","tags":["v1"]}', {"Content-Type": "application/json"})
+            challenge = f'Bearer realm="http://{self.headers["Host"]}/token",service="realm-test"'
+            self.send(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}', {"WWW-Authenticate": challenge})
+
+        def token(self) -> None:
+            if how == "chunked":  # the answer and some white space, in one chunk
+                chunked(self, 200, TOKEN_ANSWER, 1)
+            elif how == "chunked-on-and-on":  # white space inside the object, on and on
+                chunked(self, 200, TOKEN_ANSWER[:-1], 4 * MAX_TOKEN_RESPONSE)
+            else:
+                self.send(200, TOKEN_ANSWER + b" " * MAX_TOKEN_RESPONSE, {"Content-Type": "application/json"})
+
+    return Realm
+
+
+def list_tags_at(server: http.server.HTTPServer) -> list[str]:
+    return asyncio.run(at(f"127.0.0.1:{server.server_address[1]}", lambda client: client.list_tags("ns/r")))
+
+
+def test_a_token_answer_without_content_length_is_read_and_kept_for_httpx() -> None:
+    with http_server(realm_answering("chunked")) as server:
+        assert list_tags_at(server) == ["v1"]
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("chunked-on-and-on", f"over {MAX_TOKEN_RESPONSE} bytes"),
+        ("declared", f"{len(TOKEN_ANSWER) + MAX_TOKEN_RESPONSE} bytes (limit {MAX_TOKEN_RESPONSE})"),
+    ],
+)
+def test_a_token_answer_over_the_limit_is_access_denied_naming_the_limit(how: str, said: str) -> None:
+    with http_server(realm_answering(how)) as server, pytest.raises(AuthError) as error:
+        list_tags_at(server)
+    assert str(error.value).endswith(f"token server 127.0.0.1: {said}")

@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from mirror.aliyun.login import AcrLogin, LoginError
+from mirror.errors import Kind
 
 MISSING_CODES = ("NOT_EXIST", "NOTEXIST", "NOT_FOUND", "NOTFOUND")
 
 
 class NamespaceMissing(LoginError):
     """The namespace is not on the instance and the config does not let mirror create it."""
+
+    kind = Kind.REFUSED
 
 
 async def ensure_namespace(login: AcrLogin, instance: str, namespace: str, provision: bool, dry_run: bool) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from mirror.errors import Kind, MirrorError
 from mirror.untrusted import UntrustedInput, YamlLimits, clip, load_yaml
 
 MAX_MEMBERS = 5000
@@ -36,8 +37,10 @@ MAX_FIELD_CHARS = 256  # a chart's name, version, appVersion; a dependency's nam
 MAX_CONDITION_CHARS = 1024  # a dependency's condition (comma-separated values paths) or repository
 
 
-class ChartError(Exception):
+class ChartError(MirrorError):
     """A chart that cannot be fetched or is not safe to open; the message says which and why."""
+
+    kind = Kind.SOURCE
 
 
 @dataclass(frozen=True)

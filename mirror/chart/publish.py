@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from mirror.acr import refuses_manifest_class
 from mirror.chart.archive import ChartArchive
 from mirror.chart.source import HELM_CHART_CONTENT, HELM_CONFIG, oci_tag
 from mirror.oci import OCI_MANIFEST, Manifest, sha256_digest
@@ -34,11 +35,6 @@ def chart_manifest(archive: ChartArchive) -> tuple[bytes, Manifest]:
     return config, Manifest.parse(json.dumps(doc, separators=(",", ":")).encode())
 
 
-def refused(exc: RegistryError) -> bool:
-    """The registry will not take this kind of artifact (ACR's personal edition: `unknown manifest class`)."""
-    return exc.status in (400, 403, 415) and (exc.code in ("DENIED", "MANIFEST_INVALID", "UNSUPPORTED"))
-
-
 async def publish_chart(client: RegistryClient, repository: str, archive: ChartArchive) -> Published:
     """Push the chart unless the same manifest is already at the tag; verify the tag resolves to it."""
     config, manifest = chart_manifest(archive)
@@ -53,7 +49,7 @@ async def publish_chart(client: RegistryClient, repository: str, archive: ChartA
         try:
             await client.put_manifest(repository, tag, manifest)
         except RegistryError as exc:
-            if refused(exc):
+            if refuses_manifest_class(exc):  # ACR's Personal Edition takes no chart artifact
                 return Published(None, f"{client.host} refused the chart artifact: {exc.message or exc.code}")
             raise
     check = await client.head_manifest(repository, tag)

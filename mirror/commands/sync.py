@@ -10,19 +10,12 @@ import logging
 import signal
 import sys
 
-from mirror.chart.archive import ChartError
-from mirror.engine.discover import DiscoveryError
-from mirror.engine.lock import LockTimeout
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
-from mirror.naming import NameClash
-from mirror.output import OutputError
+from mirror.errors import MirrorError
 from mirror.progress import progress_for
-from mirror.reference import ReferenceError
-from mirror.registry.credentials import CredentialError
-from mirror.release import VersionError
 from mirror.report import ReleaseResult
-from mirror.settings import ConfigError, MirrorSettings, load_settings
+from mirror.settings import MirrorSettings, load_settings
 from mirror.untrusted import clip
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
@@ -36,12 +29,9 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         options = SyncOptions(tuple(args.target), args.dry_run, args.deep, args.force)
         results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
-    except (ConfigError, VersionError, ReferenceError, NameClash) as exc:
+    except MirrorError as exc:  # nothing was written; bad input exits 2 with nothing sent
         say(exc)
-        return EXIT_USAGE
-    except (LockTimeout, DiscoveryError, ChartError, CredentialError, OutputError) as exc:  # nothing was written
-        say(exc)
-        return EXIT_FAILED
+        return exc.exit_code
     except KeyboardInterrupt:
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
         return 130
@@ -81,8 +71,8 @@ def print_summary(results: list[ReleaseResult]) -> None:
         print(f"release {release.version}{' (dry run)' if release.dry_run else ''}")
         for image in release.images:
             print(f"  {image.name}  {image.source}  {image.source_digest or '-'}")
-            if image.signature and not image.signature.get("refused"):
-                print(f"    signature: signed by {image.signature['signer']} ({image.signature['via']})")
+            if image.signature and not image.signature.refused:
+                print(f"    signature: signed by {image.signature.signer} ({image.signature.via})")
             if image.error and not image.targets:
                 print(f"    NOT COPIED: {image.error}")
             for target in image.targets:
@@ -90,9 +80,9 @@ def print_summary(results: list[ReleaseResult]) -> None:
                 print(f"    -> {target.target}: {target.action}, {state}")
                 if target.rewrite:
                     rewrite = target.rewrite
-                    print(f"       index rewritten: {rewrite['source_digest']} -> {rewrite['target_digest']}")
-                    for dropped in target.rewrite.get("dropped", []):
-                        print(f"       left out {dropped['digest']} ({dropped['platform']}): {dropped['reason']}")
+                    print(f"       index rewritten: {rewrite.source_digest} -> {rewrite.target_digest}")
+                    for dropped in rewrite.dropped or ():
+                        print(f"       left out {dropped.digest} ({dropped.platform}): {dropped.reason}")
         if release.source_rate_limit:
             print(f"  source pull budget: {release.source_rate_limit}")
         for values in release.values:

@@ -114,56 +114,73 @@ class TargetBlobs:
             raise IntegrityError(
                 f"blob {blob.digest} claims {blob.size} bytes, over transfer.max_blob_size ({self.max_blob_size})"
             )
-        upload = BlobUpload(self.client, repository, blob, origin, on_bytes)
-        chunked: ChunkedUpload | None = None  # what a chunked upload's registry confirmed, across attempts
-
-        async def attempt(number: int) -> BlobOutcome:
-            nonlocal chunked
-            self.shutdown.check()
-            async with self.transfer_limit:
-                self.shutdown.check()
-                if chunked is not None:  # resume where the registry says the last attempt got to
-                    await chunked.resume()
-                    await chunked.send()
-                    return BlobOutcome.UPLOADED
-                session = await self.client.start_upload(
-                    repository, blob.digest, self.mount_source(repository, blob.digest)
-                )
-                if session is None:
-                    if on_bytes:
-                        on_bytes(blob.size)
-                    return BlobOutcome.MOUNTED
-                if blob.size >= self.chunked_threshold:
-                    chunked = ChunkedUpload(upload, self.upload_chunk_size, session)
-                    try:
-                        await chunked.send()
-                        return BlobOutcome.UPLOADED
-                    except ChunkedUploadUnsupported as exc:
-                        log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
-                        chunked = None
-                        await self.client.cancel_upload(repository, session)
-                        fresh = await self.client.start_upload(repository)
-                        assert fresh is not None
-                        session = fresh
-                try:
-                    await upload_whole(upload, session)
-                except Exception:
-                    await self.client.cancel_upload(repository, session)  # the next attempt starts a new one
-                    raise
-                return BlobOutcome.UPLOADED
-
+        transfer = _BlobTransfer(self, repository, BlobUpload(self.client, repository, blob, origin, on_bytes))
         # One retry loop for every way a blob goes up: a streamed PUT cannot be replayed, so a transient
         # failure restarts it with a new session (its POST also gets a fresh token if the old one was
         # refused) and a fresh read of the source; a chunked upload resumes its session instead.
         where = f"blob {blob.digest} to {self.client.where(repository)}"
         try:
-            outcome = await retry_step(self.policy, attempt, is_transient, where)
+            outcome = await retry_step(self.policy, transfer.attempt, is_transient, where)
         except Exception:
-            if chunked is not None:  # given up: let the registry drop what the session holds
-                await self.client.cancel_upload(repository, chunked.session)
+            await transfer.abandon()
             raise
         self.record(repository, blob.digest)
         return outcome
+
+
+class _BlobTransfer:
+    """One blob into one repository, across attempts: a chunked upload resumes where the registry says the
+    last attempt got to; anything else starts again in a new session."""
+
+    def __init__(self, blobs: TargetBlobs, repository: str, upload: BlobUpload) -> None:
+        self.blobs = blobs
+        self.client = blobs.client
+        self.repository = repository
+        self.upload = upload
+        self.chunked: ChunkedUpload | None = None  # what a chunked upload's registry confirmed
+
+    async def attempt(self, number: int) -> BlobOutcome:
+        self.blobs.shutdown.check()
+        async with self.blobs.transfer_limit:
+            self.blobs.shutdown.check()
+            if self.chunked is not None:
+                await self.chunked.resume()
+                await self.chunked.send()
+                return BlobOutcome.UPLOADED
+            return await self._in_new_session()
+
+    async def _in_new_session(self) -> BlobOutcome:
+        blob, repository = self.upload.blob, self.repository
+        session = await self.client.start_upload(
+            repository, blob.digest, self.blobs.mount_source(repository, blob.digest)
+        )
+        if session is None:
+            if self.upload.on_bytes:
+                self.upload.on_bytes(blob.size)
+            return BlobOutcome.MOUNTED
+        if blob.size >= self.blobs.chunked_threshold:
+            self.chunked = ChunkedUpload(self.upload, self.blobs.upload_chunk_size, session)
+            try:
+                await self.chunked.send()
+                return BlobOutcome.UPLOADED
+            except ChunkedUploadUnsupported as exc:
+                log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
+                self.chunked = None
+                await self.client.cancel_upload(repository, session)
+                fresh = await self.client.start_upload(repository)
+                assert fresh is not None
+                session = fresh
+        try:
+            await upload_whole(self.upload, session)
+        except Exception:
+            await self.client.cancel_upload(repository, session)  # the next attempt starts a new one
+            raise
+        return BlobOutcome.UPLOADED
+
+    async def abandon(self) -> None:
+        """Given up: let the registry drop what a chunked session holds."""
+        if self.chunked is not None:
+            await self.client.cancel_upload(self.repository, self.chunked.session)
 
 
 def _consume_exception(task: asyncio.Task[BlobOutcome]) -> None:

@@ -1,5 +1,6 @@
 """One registry client per host for a whole run: discovery, the charts and every copy share its connections
-and its token cache, so a scope's token is fetched once per run, not once per step."""
+and its token cache, so a scope's token is fetched once per run, not once per step. A run may be given an
+observer of the registries' retryable answers (the service counts 429s with it); the CLI gives none."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from types import TracebackType
 from mirror.reference import api_host
 from mirror.registry import RegistryClient
 from mirror.registry.options import ClientOptions, PullBudgetOptions, TemporaryLogin
-from mirror.registry.retry import RetryPolicy
+from mirror.registry.retry import RetryPolicy, StatusObserver
 from mirror.settings import MirrorSettings, RetrySettings
 
 
@@ -30,9 +31,14 @@ def acr_login(settings: MirrorSettings, host: str) -> TemporaryLogin | None:
 
 
 def client_options(
-    settings: MirrorSettings, host: str, anonymous: bool = False, login: TemporaryLogin | None = None
+    settings: MirrorSettings,
+    host: str,
+    anonymous: bool = False,
+    login: TemporaryLogin | None = None,
+    on_retry_status: StatusObserver | None = None,
 ) -> ClientOptions:
-    """The config's word on one registry host, as the wire's plain options (`login`: the run's own, shared)."""
+    """The config's word on one registry host, as the wire's plain options (`login`: the run's own, shared;
+    `on_retry_status`: told each retryable status the host answers)."""
     registry, transfer, budget = settings.registry(host), settings.transfer, settings.pull_budget
     return ClientOptions(
         plain_http=registry.plain_http,
@@ -49,16 +55,20 @@ def client_options(
         docker_config=settings.docker_config,
         anonymous=anonymous,
         login=None if anonymous else (login or acr_login(settings, host)),
+        on_retry_status=on_retry_status,
     )
 
 
-def open_client(settings: MirrorSettings, host: str, anonymous: bool = False) -> RegistryClient:
-    return RegistryClient.open(host, client_options(settings, host, anonymous))
+def open_client(
+    settings: MirrorSettings, host: str, anonymous: bool = False, on_retry_status: StatusObserver | None = None
+) -> RegistryClient:
+    return RegistryClient.open(host, client_options(settings, host, anonymous, on_retry_status=on_retry_status))
 
 
 class Clients:
-    def __init__(self, settings: MirrorSettings) -> None:
+    def __init__(self, settings: MirrorSettings, on_retry_status: StatusObserver | None = None) -> None:
         self.settings = settings
+        self.on_retry_status = on_retry_status  # for every client of the run, anonymous ones included
         self._open: dict[str, RegistryClient] = {}
         self._logins: dict[str, TemporaryLogin | None] = {}
 
@@ -66,7 +76,7 @@ class Clients:
         host = api_host(host)
         client = self._open.get(host)
         if client is None:
-            options = client_options(self.settings, host, login=self.login(host))
+            options = client_options(self.settings, host, login=self.login(host), on_retry_status=self.on_retry_status)
             client = self._open[host] = RegistryClient.open(host, options)
         return client
 

@@ -9,9 +9,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mirror.acr import refuses_manifest_class
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.plan import TargetPlan
-from mirror.engine.policy import Dropped, is_runnable, refused_for_class, rewrite_index
+from mirror.engine.policy import Dropped, is_runnable, rewrite_index
 from mirror.engine.tasks import gather_or_raise
 from mirror.engine.upload import BlobOrigin
 from mirror.oci import Manifest
@@ -50,7 +51,7 @@ async def copy_to_target(
                 await client.put_manifest(repository, child.digest, child)
             except RegistryError as exc:
                 entry = entries[child.digest]
-                if not refused_for_class(exc) or is_runnable(entry, child):
+                if not refuses_manifest_class(exc) or is_runnable(entry, child):
                     raise
                 if attestations != "auto":
                     raise RegistryError(

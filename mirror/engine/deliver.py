@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from mirror.chart.images import pull_secret_paths
 from mirror.chart.proof import Proof, check_rendering
@@ -85,17 +86,8 @@ async def deliver(
     values = build_values(target, pointed, chart.spec.extra, pull_secret, secret_paths)
     problems = [f"{block.key} would still pull {block.reference}" for block in chart.unmirrored]
     install = ChartInstall(chart.spec.default_reference)
-    proof: Proof | None = None
-    if chart.archive is not None and settings.chart is not None:
-        spec = chart.spec
-        request = RenderRequest(spec.release, spec.namespace, settings.chart.kube_version)
-        every_subchart = any(not use.block.enabled for use in chart.uses)  # their images mirrored: prove them too
-        rendering = await asyncio.to_thread(
-            render_install, chart.archive, values, request, settings.chart.renderer, every_subchart
-        )
-        named = {str(use.block.source) for use in chart.uses} | {str(b.source) for b in chart.unmirrored}
-        verified = verified_references(job, {i: o for i, o in outcomes.items() if i in chart.copies}, target)
-        proof = check_rendering(rendering, verified, settings.chart.allowed_registries, named)
+    proof = await _prove(settings, job, chart, target, values, outcomes)
+    if proof is not None:
         problems += [f"the rendered chart pulls {failure}" for failure in proof.failures()]
     problems = list(dict.fromkeys(problems))
     label = f"{job.version} {chart.spec.name} -> {target.name}"
@@ -121,6 +113,29 @@ async def deliver(
         chart.version,
     )
     return Delivery(written)
+
+
+async def _prove(
+    settings: MirrorSettings,
+    job: ReleaseJob,
+    chart: ChartJob,
+    target: TargetSettings,
+    values: dict[str, Any],
+    outcomes: dict[int, TargetResult],
+) -> Proof | None:
+    """Render the chart with the values (every subchart on too, where their images were mirrored) and judge
+    every image it would pull; None without a chart to render."""
+    if chart.archive is None or settings.chart is None:
+        return None
+    spec = chart.spec
+    request = RenderRequest(spec.release, spec.namespace, settings.chart.kube_version)
+    every_subchart = any(not use.block.enabled for use in chart.uses)
+    rendering = await asyncio.to_thread(
+        render_install, chart.archive, values, request, settings.chart.renderer, every_subchart
+    )
+    named = {str(use.block.source) for use in chart.uses} | {str(b.source) for b in chart.unmirrored}
+    verified = verified_references(job, {i: o for i, o in outcomes.items() if i in chart.copies}, target)
+    return check_rendering(rendering, verified, settings.chart.allowed_registries, named)
 
 
 async def _publish(

@@ -6,14 +6,17 @@ from __future__ import annotations
 from mirror.chart.source import published_versions
 from mirror.engine.charts import chart_location, fetch_limits
 from mirror.engine.jobs import source_repository
+from mirror.errors import Kind, MirrorError
 from mirror.reference import Repository
 from mirror.registry import RegistryClient
 from mirror.release import VersionError, matches, normalise_version, parse_filter, version_key
 from mirror.settings import VERSION_PLACEHOLDER, DiscoverySettings, ImageSettings, MirrorSettings
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(MirrorError):
     """The source's releases could not be listed; the message is one line naming the image and the cause."""
+
+    kind = Kind.UNAVAILABLE
 
 
 def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:

@@ -117,7 +117,6 @@ class Spool:
         self._entries: dict[str, _Entry] = {}
         self._reserved = 0
         self._owner: int | None = None
-        self.source_reads = 0
         with contextlib.suppress(OSError):
             sweep_stale_spools(directory or Path(tempfile.gettempdir()))
 
@@ -154,7 +153,6 @@ class Spool:
         path.touch()
         entry = self._entries[blob.digest] = _Entry(path, blob.size)
         entry.task = asyncio.ensure_future(entry.fill(source, blob))
-        self.source_reads += 1
         return entry
 
     @asynccontextmanager

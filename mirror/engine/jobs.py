@@ -10,7 +10,7 @@ images become the same `ImageJob`: the copy code does not know where its list ca
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from mirror import hami
@@ -281,12 +281,3 @@ def _platforms(image: ImageSettings) -> tuple[str, ...] | None:
 def _allowed(settings: MirrorSettings, registry: str) -> bool:
     patterns = settings.chart.allowed_registries if settings.chart else ACR_REGISTRIES
     return any(fnmatch.fnmatch(api_host(registry), pattern) for pattern in patterns)
-
-
-def registry_hosts(jobs: Iterable[ReleaseJob]) -> set[str]:
-    hosts = set()
-    for job in jobs:
-        for image in job.images:
-            hosts.add(image.source.registry)
-            hosts.update(ref.repository.registry for ref in image.targets)
-    return {api_host(h) for h in hosts}

@@ -5,33 +5,36 @@ Where the lock lives:
 - with a PostgreSQL `database_url`: a session-level advisory lock in that database, shared by the CronJob,
   every `mirror serve` replica and a `mirror sync` run by hand with the same config. The database releases
   it when the holder's connection ends, a killed process included.
-- otherwise: a lock file (`flock`) under `lock_dir`, shared by every run on this machine.
+- otherwise: a lock file (`flock`) under `lock_dir` (by default `<state_dir>/locks`), shared by every run
+  with that directory.
+
+The database's side (its engine, the lock's key) is `mirror/database.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
-import hashlib
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from mirror import database
 from mirror.engine.jobs import ReleaseJob
+from mirror.errors import MirrorError
 from mirror.settings import MirrorSettings
 
 log = logging.getLogger("mirror")
 POLL_SECONDS = 0.2
 
 
-class LockTimeout(Exception):
-    pass
+class LockTimeout(MirrorError):
+    """Another sync held a target's lock for longer than `lock_timeout`, or the lock could not be taken."""
 
 
 class LockUnavailable(LockTimeout):
@@ -43,16 +46,12 @@ def lock_name(registry: str, namespace: str) -> str:
 
 
 def lock_dir(settings: MirrorSettings) -> Path:
-    return settings.lock_dir or Path(tempfile.gettempdir()) / "mirror-locks"
-
-
-def advisory_key(name: str) -> int:
-    """A stable signed 64-bit key for pg_advisory_lock, derived from the lock's name."""
-    return int.from_bytes(hashlib.sha256(f"mirror-target:{name}".encode()).digest()[:8], "big", signed=True)
+    """Where the lock files are: `lock_dir`, else `<state_dir>/locks` (kept with the state, not in /tmp)."""
+    return settings.lock_dir or settings.state_dir / "locks"
 
 
 def uses_database_locks(settings: MirrorSettings) -> bool:
-    return bool(settings.database_url and settings.database_url.startswith("postgresql"))
+    return bool(settings.database_url and database.is_postgresql(settings.database_url))
 
 
 @asynccontextmanager
@@ -125,24 +124,23 @@ class AdvisoryLock:
     def __init__(self, url: str, name: str) -> None:
         self.where = "PostgreSQL advisory lock"
         self.url = url
-        self.key = advisory_key(name)
+        self.key = database.advisory_key(database.target_lock(name))
         self.connection: Any = None
 
     async def try_acquire(self) -> bool:
         return await asyncio.to_thread(self._try)
 
     def _try(self) -> bool:
-        from sqlalchemy import create_engine, text
+        from sqlalchemy import text
         from sqlalchemy.exc import SQLAlchemyError
-        from sqlalchemy.pool import NullPool
 
         try:
             if self.connection is None:  # one connection for the lock's whole life: the lock is the session's
-                self.connection = create_engine(self.url, poolclass=NullPool).connect()
+                self.connection = database.open_engine(self.url, pooled=False).connect()
             got = self.connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}).scalar()
             self.connection.commit()
         except SQLAlchemyError as exc:  # the message of the driver, never the URL (it may hold a password)
-            reason = str(getattr(exc, "orig", None) or type(exc).__name__).strip().splitlines()[0]
+            reason = database.driver_reason(exc)
             raise LockUnavailable(f"cannot take the target lock in the database: {reason}") from None
         return bool(got)
 

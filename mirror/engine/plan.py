@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mirror.engine.blobs import TargetBlobs
 from mirror.engine.jobs import TargetRef
-from mirror.engine.policy import IMAGE_CONFIG_TYPES, Dropped, rewrite_index, select
+from mirror.engine.policy import Dropped, is_runnable, rewrite_index, select
 from mirror.engine.tree import ManifestTree
 from mirror.oci import Descriptor, Manifest, ManifestError
 from mirror.registry import RegistryClient
@@ -56,9 +56,10 @@ def apply_policy(
     kept, dropped = select(tree, attestations, platforms)
     if not dropped:
         return tree, ()
-    if not any(m.config is not None and m.config.media_type in IMAGE_CONFIG_TYPES for m in kept):
+    rewritten = ManifestTree(rewrite_index(tree.root, {m.digest for m in kept}), tuple(kept))
+    if not any(is_runnable(entry, child) for entry, child in rewritten.entries()):
         raise ManifestError(f"index {tree.digest}: no image is left after the platform filter {platforms}")
-    return ManifestTree(rewrite_index(tree.root, {m.digest for m in kept}), tuple(kept)), tuple(dropped)
+    return rewritten, tuple(dropped)
 
 
 async def plan_target(
@@ -72,20 +73,15 @@ async def plan_target(
     """HEAD each child manifest and each blob the missing children need."""
     repository = ref.repository.name
     found = await asyncio.gather(*(client.head_manifest(repository, c.digest) for c in tree.children))
-    missing_children = [child for child, there in zip(tree.children, found, strict=True) if there is None]
-    present = len(tree.children) - len(missing_children)
-    images = missing_children if tree.root.is_index else [tree.root]
-    needed: dict[str, Descriptor] = {}
-    for manifest in images:
-        for blob in manifest.blobs:
-            needed.setdefault(blob.digest, blob)
-    exists = await asyncio.gather(*(blobs.exists(repository, b) for b in needed.values()))
+    missing = tree.with_children(child for child, there in zip(tree.children, found, strict=True) if there is None)
+    needed = missing.blobs()
+    exists = await asyncio.gather(*(blobs.exists(repository, b) for b in needed))
     return TargetPlan(
         target=ref,
         source_root=source_root,
         dropped=dropped,
-        manifests=(*missing_children, tree.root) if tree.root.is_index else (tree.root,),
-        present_manifests=present,
-        missing_blobs=tuple(b for b, ok in zip(needed.values(), exists, strict=True) if not ok),
-        present_blobs=tuple(b for b, ok in zip(needed.values(), exists, strict=True) if ok),
+        manifests=missing.manifests(),
+        present_manifests=len(tree.children) - len(missing.children),
+        missing_blobs=tuple(b for b, ok in zip(needed, exists, strict=True) if not ok),
+        present_blobs=tuple(b for b, ok in zip(needed, exists, strict=True) if ok),
     )

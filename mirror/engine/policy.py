@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 from mirror.engine.tree import ManifestTree
 from mirror.oci import DOCKER_CONFIG, OCI_CONFIG, Descriptor, Manifest
-from mirror.registry import RegistryError
 
 SOURCE_DIGEST_ANNOTATION = "mirror.source.digest"
 IMAGE_CONFIG_TYPES = frozenset({DOCKER_CONFIG, OCI_CONFIG})
 ATTESTATION = "attestation-manifest"
+
+# The one class-refusal predicate is ACR's (mirror/acr.py); copy.py and referrers.py ask for it here.
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,39 +35,28 @@ def is_runnable(entry: Descriptor, child: Manifest) -> bool:
     return child.config is not None and child.config.media_type in IMAGE_CONFIG_TYPES
 
 
-def refused_for_class(exc: RegistryError) -> bool:
-    """ACR personal edition's answer to a manifest whose config is not an image config."""
-    return (exc.status == 403 and "unknown manifest class" in exc.message) or exc.code in {
-        "MANIFEST_INVALID",
-        "UNSUPPORTED",
-    }
-
-
 def select(tree: ManifestTree, attestations: str, platforms: list[str] | None) -> tuple[list[Manifest], list[Dropped]]:
     """The children to copy, and those left out with the reason, by the policy known before any push:
     `drop` leaves out non-image entries, a platform list leaves out other platforms (attestations of a kept
     platform's image stay unless dropped)."""
-    kept, dropped = [], []
-    entries = {d.digest: d for d in tree.root.manifests}
-    kept_images: set[str] = set()
-    for child in tree.children:
-        entry = entries[child.digest]
+    kept: list[tuple[Descriptor, Manifest]] = []
+    dropped: list[Dropped] = []
+    for entry, child in tree.entries():
         runnable = is_runnable(entry, child)
         if runnable and platforms is not None and entry.platform not in platforms:
             dropped.append(Dropped(child.digest, entry.platform, "platform filter"))
         elif not runnable and attestations == "drop":
             dropped.append(Dropped(child.digest, entry.platform, "not an image (attestations: drop)"))
         else:
-            kept.append(child)
-            if runnable:
-                kept_images.add(child.digest)
+            kept.append((entry, child))
     if platforms is not None:  # an attestation describing a filtered-out image goes with it
-        for child in list(kept):
-            subject = entries[child.digest].annotations.get("vnd.docker.reference.digest")
+        kept_images = {child.digest for entry, child in kept if is_runnable(entry, child)}
+        for entry, child in list(kept):
+            subject = entry.annotations.get("vnd.docker.reference.digest")
             if subject is not None and subject not in kept_images:
-                kept.remove(child)
-                dropped.append(Dropped(child.digest, entries[child.digest].platform, "describes a filtered platform"))
-    return kept, dropped
+                kept.remove((entry, child))
+                dropped.append(Dropped(child.digest, entry.platform, "describes a filtered platform"))
+    return [child for _, child in kept], dropped
 
 
 def rewrite_index(root: Manifest, keep: set[str]) -> Manifest:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirror.acr import refuses_manifest_class
 from mirror.engine.blobs import TargetBlobs
-from mirror.engine.policy import refused_for_class
 from mirror.engine.tasks import gather_or_raise
 from mirror.engine.tree import load_tree
 from mirror.engine.upload import RegistryOrigin
@@ -200,7 +200,7 @@ async def _copy_artifact(
         if tag is not None:
             await target.put_manifest(target_repository, tag, tree.root)
     except RegistryError as exc:
-        if refused_for_class(exc):
+        if refuses_manifest_class(exc):
             return f"refused by the target: {exc.message or exc.code}"
         raise
     return None

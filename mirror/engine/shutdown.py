@@ -7,11 +7,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from mirror.errors import Kind, MirrorError
+
 log = logging.getLogger("mirror")
 
 
-class Interrupted(Exception):
+class Interrupted(MirrorError):
     """Work refused or abandoned because the run is shutting down."""
+
+    kind = Kind.INTERRUPTED
 
 
 class Shutdown:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mirror.oci import Descriptor, Manifest, ManifestError
@@ -34,6 +35,15 @@ class ManifestTree:
     def manifests(self) -> tuple[Manifest, ...]:
         """Children first, root last: the order in which a registry accepts them."""
         return (*self.children, self.root) if self.root.is_index else (self.root,)
+
+    def entries(self) -> list[tuple[Descriptor, Manifest]]:
+        """Each child with the index entry that names it (platform, annotations), in the index's order."""
+        named = {entry.digest: entry for entry in self.root.manifests}
+        return [(named[child.digest], child) for child in self.children]
+
+    def with_children(self, children: Iterable[Manifest]) -> ManifestTree:
+        """The same root over only these of its children (those a target lacks, or a policy keeps)."""
+        return ManifestTree(self.root, tuple(children))
 
 
 async def load_tree(client: RegistryClient, repository: str, digest: str, concurrency: int = 8) -> ManifestTree:

@@ -9,13 +9,12 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mirror.engine.shutdown import Interrupted
 from mirror.engine.stream import ExactReader, Hasher, check_digest, new_hasher, verified_stream
+from mirror.errors import MirrorError
 from mirror.oci import Descriptor
 from mirror.registry import BlobBody, RegistryClient, RegistryError, RegistryUnreachable, UploadSession
 from mirror.registry.auth import AuthError
 from mirror.registry.errors import IntegrityError
-from mirror.registry.retry import RETRY_STATUSES
 
 log = logging.getLogger("mirror")
 _NO_CHUNKS = frozenset({405, 501})
@@ -50,19 +49,16 @@ class BlobUpload:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Worth another try: the network, a registry's passing trouble, a refused token under a streamed body,
-    an upload session that is gone or out of step, or bytes that came wrong from the source."""
-    if isinstance(exc, AuthError | Interrupted):
+    """Worth another try: what its kind says may pass (the network, a registry's passing trouble, bytes that
+    came wrong from the source), and, for an upload, a refused token under a streamed body or a session that
+    is gone or out of step."""
+    if isinstance(exc, AuthError) or not isinstance(exc, MirrorError):
         return False
-    if isinstance(exc, RegistryUnreachable | IntegrityError):
+    if exc.transient:
         return True
-    if isinstance(exc, RegistryError):
-        return (
-            exc.status in RETRY_STATUSES
-            or exc.status in (401, 416)
-            or exc.code in {"BLOB_UPLOAD_UNKNOWN", "BLOB_UPLOAD_INVALID"}
-        )
-    return False
+    return isinstance(exc, RegistryError) and (
+        exc.status in (401, 416) or exc.code in {"BLOB_UPLOAD_UNKNOWN", "BLOB_UPLOAD_INVALID"}
+    )
 
 
 async def upload_whole(upload: BlobUpload, session: UploadSession) -> None:
@@ -81,13 +77,12 @@ class ChunkedUpload:
     """PATCH the blob in chunks. It keeps what the registry confirmed across attempts of the one retry loop
     (`retry_step`): the next attempt calls `resume` (ask the session how much arrived, or start a new
     session when it is gone) and sends from there, re-reading the source from the nearest confirmed offset
-    (with a Range request where it can). Bytes sent count in `sent`."""
+    (with a Range request where it can)."""
 
     upload: BlobUpload
     chunk_size: int
     session: UploadSession  # the latest confirmed session URL
     offset: int = 0  # bytes the registry confirmed
-    sent: int = 0
     marks: list[tuple[int, Hasher]] = field(default_factory=lambda: [(0, new_hasher())])
 
     async def send(self) -> None:
@@ -156,7 +151,6 @@ class ChunkedUpload:
         async for piece in reader.take(size):
             hasher.update(piece)
             if held is not None:
-                self.sent += len(held)
                 yield held
             held = piece
         if last:
@@ -164,5 +158,4 @@ class ChunkedUpload:
                 raise IntegrityError(f"blob {self.upload.blob.digest}: source sent more than it declares")
             check_digest(self.upload.blob, self.upload.blob.size, hasher)
         if held is not None:
-            self.sent += len(held)
             yield held

@@ -43,41 +43,58 @@ async def verify_copy(
         return Verification((f"{where}: tag resolves to {resolved.digest}, expected {digest}",))
     if tag_only and not deep:
         return Verification(())
-    limit = asyncio.Semaphore(concurrency)
-    checks: dict[str, asyncio.Future[str | None]] = {}
-
-    async def check(blob: Descriptor) -> str | None:
-        async with limit:
-            if deep:
-                return await hash_blob(client, repository, blob)
-            size = await client.head_blob(repository, blob.digest)
-        if size is None:
-            return f"{client.where(repository, blob.digest)}: blob missing"
-        if size != blob.size:
-            return f"{client.where(repository, blob.digest)}: blob is {size} bytes, expected {blob.size}"
-        return None
-
-    async def check_image(manifest: Manifest) -> list[str | None]:
-        # each blob once, however many images share it; checked as soon as its manifest arrives
-        futures = [checks.setdefault(b.digest, asyncio.ensure_future(check(b))) for b in manifest.blobs]
-        return list(await asyncio.gather(*futures))
-
-    async def check_child(digest: str) -> list[str | None]:
-        async with limit:
-            child = await client.get_manifest(repository, digest)
-        return await check_image(child)
-
+    checks = _BlobChecks(client, repository, deep, asyncio.Semaphore(concurrency))
     try:
         root = await client.get_manifest(repository, digest)
         if children is not None and [m.digest for m in root.manifests] != children:
             return Verification((f"{where}: the index holds other children than expected",))
         if root.is_index:
-            results = await asyncio.gather(*(check_child(d.digest) for d in root.manifests))
+            results = await asyncio.gather(*(checks.child(d.digest) for d in root.manifests))
             problems = [p for found in results for p in found if p]
         else:
-            problems = [p for p in await check_image(root) if p]
+            problems = [p for p in await checks.image(root) if p]
     except (RegistryError, ManifestError) as exc:
-        for future in checks.values():
-            future.cancel()
+        checks.cancel()
         return Verification((str(exc),))
     return Verification(tuple(dict.fromkeys(problems)), tuple(d.digest for d in root.manifests))
+
+
+class _BlobChecks:
+    """Each blob checked once, however many images share it, as soon as the first manifest naming it arrives."""
+
+    def __init__(self, client: RegistryClient, repository: str, deep: bool, limit: asyncio.Semaphore) -> None:
+        self.client = client
+        self.repository = repository
+        self.deep = deep
+        self.limit = limit
+        self._checks: dict[str, asyncio.Task[str | None]] = {}
+
+    async def child(self, digest: str) -> list[str | None]:
+        async with self.limit:
+            manifest = await self.client.get_manifest(self.repository, digest)
+        return await self.image(manifest)
+
+    async def image(self, manifest: Manifest) -> list[str | None]:
+        return list(await asyncio.gather(*(self._check(blob) for blob in manifest.blobs)))
+
+    def _check(self, blob: Descriptor) -> asyncio.Task[str | None]:
+        task = self._checks.get(blob.digest)
+        if task is None:
+            task = self._checks[blob.digest] = asyncio.ensure_future(self._problem(blob))
+        return task
+
+    async def _problem(self, blob: Descriptor) -> str | None:
+        where = self.client.where(self.repository, blob.digest)
+        async with self.limit:
+            if self.deep:
+                return await hash_blob(self.client, self.repository, blob)
+            size = await self.client.head_blob(self.repository, blob.digest)
+        if size is None:
+            return f"{where}: blob missing"
+        if size != blob.size:
+            return f"{where}: blob is {size} bytes, expected {blob.size}"
+        return None
+
+    def cancel(self) -> None:
+        for task in self._checks.values():
+            task.cancel()

@@ -14,18 +14,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import httpx
 
+from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.challenge import Challenge, merge_scopes, parse_challenge, repository_of, scopes_for
 from mirror.registry.credentials import Credentials
-from mirror.registry.errors import RegistryError, parse_error_body
+from mirror.registry.errors import MAX_ERROR_BODY, RegistryError, parse_error_body
 from mirror.registry.retry import replayable
-from mirror.registry.tokens import (
-    MAX_TOKEN_RESPONSE,
-    Token,
-    TokenCache,
-    TokenKey,
-    parse_token_response,
-    token_request,
-)
+from mirror.registry.tokens import MAX_TOKEN_RESPONSE, Token, TokenCache, TokenKey, parse_token_response, token_request
 
 CredentialSource = Callable[[str | None], Awaitable[Credentials | None]]  # given the challenge's service
 MAX_ROUNDS = 3
@@ -55,7 +49,6 @@ class RegistryAuth(httpx.Auth):
         self._basic = False
         self._tokens = TokenCache()
         self._pending: dict[TokenKey, asyncio.Future[Token]] = {}
-        self.token_requests = 0
 
     def __repr__(self) -> str:
         return f"RegistryAuth(host={self.host!r})"
@@ -156,39 +149,33 @@ class RegistryAuth(httpx.Auth):
         return False
 
     async def _accept_token(self, response: httpx.Response, key: TokenKey, request: httpx.Request) -> Token:
-        self.token_requests += 1
-        body = await _read_capped(response)
+        token_host, repository = response.request.url.host, repository_of(request) or ""
+        try:  # kept in the response: httpx reads it again once the flow moves on
+            body = await read_limited(response, MAX_TOKEN_RESPONSE, keep=True)
+        except BodyTooLarge as exc:
+            status = response.status_code
+            raise AuthError(self.host, repository, status, "", f"token server {token_host}: {exc}") from None
         if response.status_code != 200:
             code, message = parse_error_body(body)
             raise AuthError(
                 self.host,
-                repository_of(request) or "",
+                repository,
                 response.status_code,
                 code,
-                f"token server {response.request.url.host} refused: {message or response.reason_phrase}",
+                f"token server {token_host} refused: {message or response.reason_phrase}",
             )
         try:
             token = parse_token_response(body, time.monotonic())
         except ValueError as exc:
-            raise AuthError(self.host, repository_of(request) or "", 200, "", f"bad token answer: {exc}") from None
+            raise AuthError(self.host, repository, 200, "", f"bad token answer: {exc}") from None
         self._tokens.put(key, token)
         return token
 
     async def _deny(self, request: httpx.Request, response: httpx.Response | None) -> None:
         code, message = ("", "still unauthorized after authenticating")
         if response is not None:
-            code, message = parse_error_body(await _read_capped(response))
+            code, message = parse_error_body(await read_limited(response, MAX_ERROR_BODY, truncate=True))
         raise AuthError(self.host, repository_of(request) or "", 401, code, message or "unauthorized")
-
-
-async def _read_capped(response: httpx.Response) -> bytes:
-    """Read a token or error answer. httpx reads it again after the flow moves on, so it is read whole,
-    unless it declares a size over the limit."""
-    declared = response.headers.get("Content-Length", "0")
-    if declared.isdigit() and int(declared) > MAX_TOKEN_RESPONSE:
-        await response.aclose()
-        return b""
-    return (await response.aread())[:MAX_TOKEN_RESPONSE]
 
 
 def _retrieve(future: asyncio.Future[Token]) -> None:

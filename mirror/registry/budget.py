@@ -9,13 +9,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from mirror.errors import Kind, MirrorError
 from mirror.registry.ratelimit import RateLimit
 
 log = logging.getLogger("mirror")
 
 
-class BudgetExhausted(Exception):
-    pass
+class BudgetExhausted(MirrorError):
+    """Docker Hub's pull budget stayed spent for longer than the run may wait."""
+
+    kind = Kind.UNAVAILABLE
 
 
 class PullBudget:

@@ -22,6 +22,7 @@ from mirror.oci import (
     sha256_digest,
 )
 from mirror.reference import api_host, is_valid_digest
+from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.budget import PullBudget
 from mirror.registry.errors import IntegrityError, RegistryError, RegistryUnreachable, raise_for_response
 from mirror.registry.options import ClientOptions
@@ -149,18 +150,12 @@ class RegistryClient:
 
     async def _get_manifest(self, repository: str, ref: str, where: str) -> Manifest:
         url = f"/v2/{repository}/manifests/{ref}"
-        async with self.redirects.stream("fetch manifest", where, "GET", url, {"Accept": MANIFEST_ACCEPT}) as response:
-            self._note_rate_limit(response)
-            await raise_for_response(response, "fetch manifest", where)
-            raw = bytearray()
-            async for chunk in response.aiter_bytes():
-                raw += chunk
-                if len(raw) > MAX_MANIFEST_BYTES:
-                    raise RegistryError("fetch manifest", where, response.status_code, "", "manifest too large")
+        accept = {"Accept": MANIFEST_ACCEPT}
+        raw, response = await self._get_document("fetch manifest", where, url, MAX_MANIFEST_BYTES, accept)
         # the last hop's answer: a redirected manifest is checked like any other
         expected = ref if is_valid_digest(ref) else response.headers.get("Docker-Content-Digest") or None
         try:
-            return Manifest.parse(bytes(raw), response.headers.get("Content-Type"), expected)
+            return Manifest.parse(raw, response.headers.get("Content-Type"), expected)
         except ManifestError as exc:
             raise RegistryError("fetch manifest", where, response.status_code, "MANIFEST_INVALID", str(exc)) from exc
 
@@ -192,7 +187,7 @@ class RegistryClient:
         where = self.where(repository, digest)
         url = f"/v2/{repository}/referrers/{digest}"
         try:
-            body, response = await self._read_capped(
+            body, response = await self._get_document(
                 "list referrers", where, url, MAX_MANIFEST_BYTES, {"Accept": OCI_INDEX}
             )
         except RegistryError as exc:
@@ -219,10 +214,9 @@ class RegistryClient:
         return int(response.headers.get("Content-Length", "-1"))
 
     @asynccontextmanager
-    async def open_blob(self, repository: str, digest: str, start: int = 0) -> AsyncIterator[BlobBody]:
-        """Stream a blob's bytes, following redirects (Docker Hub answers blob GETs with a CDN redirect).
-        With `start`, ask for the rest from that offset; `BlobBody.start` says where the bytes really begin
-        (0 when the server ignored the Range header)."""
+    async def _blob_response(self, repository: str, digest: str, start: int = 0) -> AsyncIterator[httpx.Response]:
+        """A blob GET's answer, redirects followed (Docker Hub answers blob GETs with a CDN redirect), from
+        `start` on where the server honours Range."""
         where = self.where(repository, digest)
         # identity: the bytes must hash to the digest as they arrive, with no transport compression
         headers = {"Accept-Encoding": "identity"}
@@ -231,6 +225,13 @@ class RegistryClient:
         url = f"/v2/{repository}/blobs/{digest}"
         async with self.redirects.stream("fetch blob", where, "GET", url, headers, any_location=True) as response:
             await raise_for_response(response, "fetch blob", where)
+            yield response
+
+    @asynccontextmanager
+    async def open_blob(self, repository: str, digest: str, start: int = 0) -> AsyncIterator[BlobBody]:
+        """Stream a blob's bytes. With `start`, ask for the rest from that offset; `BlobBody.start` says where
+        the bytes really begin (0 when the server ignored the Range header)."""
+        async with self._blob_response(repository, digest, start) as response:
             served_from = start if start and response.status_code == 206 else 0
             yield BlobBody(response.aiter_bytes(self.chunk_size), served_from)
 
@@ -238,15 +239,14 @@ class RegistryClient:
         """A small blob's bytes (a chart, a config), read up to its descriptor's size and checked against its
         digest."""
         where = self.where(repository, descriptor.digest)
-        data = bytearray()
-        async with self.open_blob(repository, descriptor.digest) as body:
-            async for chunk in body.chunks:
-                data += chunk
-                if len(data) > descriptor.size:
-                    raise IntegrityError(f"{where}: more than the {descriptor.size} bytes its descriptor says")
-        if len(data) != descriptor.size or sha256_digest(bytes(data)) != descriptor.digest:
+        async with self._blob_response(repository, descriptor.digest) as response:
+            try:
+                data = await read_limited(response, descriptor.size)
+            except BodyTooLarge:
+                raise IntegrityError(f"{where}: more than the {descriptor.size} bytes its descriptor says") from None
+        if len(data) != descriptor.size or sha256_digest(data) != descriptor.digest:
             raise IntegrityError(f"{where}: {len(data)} bytes that do not hash to the digest")
-        return bytes(data)
+        return data
 
     async def start_upload(
         self, repository: str, mount_digest: str | None = None, mount_from: str | None = None
@@ -334,19 +334,19 @@ class RegistryClient:
         assert session is not None
         await self.finish_upload(repository, session, digest, len(data), data)
 
-    async def _read_capped(
+    async def _get_document(
         self, action: str, where: str, url: str | httpx.URL, limit: int, headers: dict[str, str] | None = None
     ) -> tuple[bytes, httpx.Response]:
-        """GET a small document, refusing bodies over `limit` bytes; returns the body and the response (its
-        headers: the content type, the next-page link)."""
+        """GET a small document (a manifest, a tag page, a referrers list), refusing a body over `limit` bytes;
+        returns the body and the last hop's response (its headers: the content type, the digest, the next-page
+        link)."""
         async with self.redirects.stream(action, where, "GET", url, headers) as response:
+            self._note_rate_limit(response)
             await raise_for_response(response, action, where)
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > limit:
-                    raise RegistryError(action, where, response.status_code, "", f"answer over {limit} bytes")
-            return bytes(body), response
+            try:
+                return await read_limited(response, limit), response
+            except BodyTooLarge as exc:
+                raise RegistryError(action, where, response.status_code, "", f"answer {exc}") from None
 
     # -- tags --------------------------------------------------------------------------------------
 
@@ -356,7 +356,7 @@ class RegistryClient:
         tags: list[str] = []
         url: str | httpx.URL = f"/v2/{repository}/tags/list"
         for _ in range(MAX_TAG_PAGES):
-            page, response = await self._read_capped("list tags", where, url, MAX_TAG_PAGE_BYTES)
+            page, response = await self._get_document("list tags", where, url, MAX_TAG_PAGE_BYTES)
             next_link = response.links.get("next", {}).get("url")
             try:
                 tags.extend(json.loads(page).get("tags") or [])

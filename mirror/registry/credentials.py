@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mirror.errors import Kind, MirrorError
 from mirror.reference import DOCKER_HUB_API_HOST, api_host
 
 DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
@@ -27,8 +28,10 @@ HELPER_TIMEOUT = 30.0
 MAX_HELPER_OUTPUT = 64 * 1024
 
 
-class CredentialError(Exception):
+class CredentialError(MirrorError):
     """Credentials were configured but could not be read. Never carries a secret."""
+
+    kind = Kind.AUTH
 
 
 @dataclass(frozen=True, slots=True)

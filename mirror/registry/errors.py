@@ -6,29 +6,37 @@ import json
 
 import httpx
 
+from mirror.errors import Kind, MirrorError
+from mirror.registry.body import read_limited
 from mirror.untrusted import clip
 
 MAX_ERROR_BODY = 64 * 1024
 
 
-class RegistryError(Exception):
+def kind_of_status(status: int) -> Kind:
+    """What an error answer means for whoever retries or reports it."""
+    if status in (401, 403):
+        return Kind.AUTH
+    if status in (408, 429) or status >= 500:
+        return Kind.UNAVAILABLE
+    return Kind.REFUSED
+
+
+class RegistryError(MirrorError):
     """A registry answered with an error. `code` is the OCI error code when the body carried one."""
 
     def __init__(self, action: str, where: str, status: int, code: str = "", message: str = "") -> None:
         self.action = action
         self.where = where
         self.status = status
+        self.kind = kind_of_status(status)
         self.code = clip(code, 100)
         self.message = message = clip(message)  # the registry's words: bounded before they reach a log or a job
         detail = f"{status} {code}".strip() + (f": {message}" if message else "")
         super().__init__(f"{action} {where}: {detail}")
 
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404 or self.code in {"MANIFEST_UNKNOWN", "BLOB_UNKNOWN", "NAME_UNKNOWN"}
 
-
-class RegistryUnreachable(Exception):
+class RegistryUnreachable(MirrorError):
     """The registry could not be reached at all (DNS, connection refused, TLS, timeout)."""
 
     def __init__(self, action: str, where: str, cause: Exception) -> None:
@@ -36,8 +44,10 @@ class RegistryUnreachable(Exception):
         super().__init__(f"{action} {where}: registry unreachable: {reason}")
 
 
-class IntegrityError(Exception):
+class IntegrityError(MirrorError):
     """Bytes that do not hash to, or are not the size of, the descriptor that named them."""
+
+    kind = Kind.INTEGRITY
 
 
 def parse_error_body(body: bytes) -> tuple[str, str]:
@@ -55,15 +65,7 @@ async def raise_for_response(response: httpx.Response, action: str, where: str) 
     """Raise a RegistryError for a non-2xx response, reading at most MAX_ERROR_BODY of its body."""
     if response.is_success:
         return
-    body = b""
-    if response.request.method != "HEAD":
-        try:
-            body = response.content
-        except httpx.ResponseNotRead:  # a streamed response: read no more than we need
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) >= MAX_ERROR_BODY:
-                    break
+    body = b"" if response.request.method == "HEAD" else await read_limited(response, MAX_ERROR_BODY, truncate=True)
     code, message = parse_error_body(body)
     # Redirects to the registry API were followed (redirects.py): this one leads to a web site, e.g. docker.io
     # instead of registry-1.docker.io.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror.registry.credentials import Credentials
-from mirror.registry.retry import RetryPolicy
+from mirror.registry.retry import RetryPolicy, StatusObserver
 
 # A temporary login, asked for when the registry first challenges and again before it lapses; it is given the
 # challenge's `service` (ACR Enterprise names its instance there).
@@ -40,3 +40,4 @@ class ClientOptions:
     docker_config: Path | None = None  # a docker config.json; default: $DOCKER_CONFIG, ~/.docker
     anonymous: bool = False  # ignore every credential source: see what a node without credentials sees
     login: TemporaryLogin | None = field(default=None, repr=False)  # instead of a stored password
+    on_retry_status: StatusObserver | None = field(default=None, repr=False)  # told each retryable status

@@ -9,7 +9,6 @@ import email.utils
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -19,7 +18,8 @@ import httpx
 log = logging.getLogger("mirror")
 T = TypeVar("T")
 
-STATUSES_SEEN: Counter[int] = Counter()  # retryable answers seen in this process, for the service's metrics
+# Told each retryable status a registry answered (the service counts 429s for its metrics).
+StatusObserver = Callable[[int], None]
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 RETRY_EXCEPTIONS: tuple[type[Exception], ...] = (
@@ -82,17 +82,20 @@ def _describe(request: httpx.Request) -> str:
 
 
 class RetryTransport(httpx.AsyncBaseTransport):
-    """Wraps the connection transport; retries idempotent requests whose body can be sent again."""
+    """Wraps the connection transport; retries idempotent requests whose body can be sent again. Each
+    retryable status answered is told to `on_retry_status`, if given."""
 
     def __init__(
         self,
         inner: httpx.AsyncBaseTransport,
         policy: RetryPolicy,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_retry_status: StatusObserver | None = None,
     ) -> None:
         self.inner = inner
         self.policy = policy
         self.sleep = sleep
+        self.on_retry_status = on_retry_status
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.method not in IDEMPOTENT_METHODS or not replayable(request):
@@ -114,7 +117,8 @@ class RetryTransport(httpx.AsyncBaseTransport):
             else:
                 if response.status_code not in RETRY_STATUSES:
                     return response
-                STATUSES_SEEN[response.status_code] += 1
+                if self.on_retry_status is not None:
+                    self.on_retry_status(response.status_code)
                 delay = self.policy.backoff(attempt, retry_after_seconds(response))
                 if not self.policy.allows(attempt, started, delay):
                     return response

@@ -51,6 +51,8 @@ class TokenCache:
 def token_request(key: TokenKey, credentials: Credentials | None) -> httpx.Request:
     """GET the realm with Basic credentials (or anonymously); with an identity token, the OAuth2 POST."""
     scopes = sorted(key.scopes)
+    # identity: the answer is bounded as it arrives on the wire (auth.py), so what arrives is what is kept
+    headers = {"Accept-Encoding": "identity"}
     if credentials is not None and credentials.identity_token:
         form = {
             "grant_type": "refresh_token",
@@ -59,10 +61,11 @@ def token_request(key: TokenKey, credentials: Credentials | None) -> httpx.Reque
             "scope": " ".join(scopes),
             "client_id": "mirror",
         }
-        return httpx.Request("POST", key.realm, data=form)
+        return httpx.Request("POST", key.realm, data=form, headers=headers)
     params = [("service", key.service)] if key.service else []
     params += [("scope", scope) for scope in scopes]
-    headers = {"Authorization": credentials.basic_header()} if credentials is not None else {}
+    if credentials is not None:
+        headers["Authorization"] = credentials.basic_header()
     return httpx.Request("GET", httpx.URL(key.realm, params=params), headers=headers)
 
 

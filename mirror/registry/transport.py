@@ -10,7 +10,7 @@ from mirror.registry.cancelsafe import CancelSafeTransport
 from mirror.registry.credentials import Credentials, resolve_credentials
 from mirror.registry.deadline import DeadlineTransport
 from mirror.registry.options import ClientOptions
-from mirror.registry.retry import RetryPolicy, RetryTransport
+from mirror.registry.retry import RetryPolicy, RetryTransport, StatusObserver
 
 USER_AGENT = f"mirror/{__version__}"
 
@@ -20,10 +20,15 @@ def base_url(host: str, plain_http: bool) -> str:
 
 
 def layered(
-    connections: httpx.AsyncBaseTransport, retry: RetryPolicy, deadline: float, min_rate: int
+    connections: httpx.AsyncBaseTransport,
+    retry: RetryPolicy,
+    deadline: float,
+    min_rate: int,
+    on_retry_status: StatusObserver | None = None,
 ) -> DeadlineTransport:
     """The transport stack under every client: a deadline over the retries over cancel-safe connections."""
-    return DeadlineTransport(RetryTransport(CancelSafeTransport(connections), retry), deadline, min_rate)
+    retries = RetryTransport(CancelSafeTransport(connections), retry, on_retry_status=on_retry_status)
+    return DeadlineTransport(retries, deadline, min_rate)
 
 
 def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
@@ -39,7 +44,7 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
     connections = httpx.AsyncHTTPTransport(limits=limits, verify=not options.plain_http)
     return httpx.AsyncClient(
         base_url=base_url(host, options.plain_http),
-        transport=layered(connections, options.retry, options.deadline, options.min_rate),
+        transport=layered(connections, options.retry, options.deadline, options.min_rate, options.on_retry_status),
         auth=RegistryAuth(host, credentials),
         headers={"User-Agent": USER_AGENT},
         timeout=httpx.Timeout(options.read_timeout, connect=options.connect_timeout),

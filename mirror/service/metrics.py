@@ -1,23 +1,12 @@
-"""Prometheus metrics of the service: syncs, bytes, blobs, durations, 429s, Docker Hub's budget, and the
-last success per image and target."""
+"""Prometheus metrics of the service: syncs, bytes, blobs, durations, 429s, Docker Hub's budget, jobs given
+up, and the last success per image and target. The 429s are told by the runs' registry clients
+(`count_retry_status`, the observer the runner gives each run), not read from a global."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
 
-from mirror.registry.retry import STATUSES_SEEN
 from mirror.report import ReleaseResult
-
-
-class _RetryStatuses(Collector):
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily("mirror_rate_limited_responses", "429 answers seen from registries")
-        family.add_metric([], STATUSES_SEEN[429])
-        yield family
 
 
 class Metrics:
@@ -34,7 +23,19 @@ class Metrics:
         self.last_success = Gauge(
             "mirror_last_success_timestamp_seconds", "last verified copy", ["image", "target"], registry=r
         )
-        r.register(_RetryStatuses())
+        self.rate_limited = Counter("mirror_rate_limited_responses", "429 answers seen from registries", registry=r)
+        self.given_up = Counter(
+            "mirror_jobs_given_up", "jobs failed because their lease ran out service.max_attempts times", registry=r
+        )
+
+    def count_retry_status(self, status: int) -> None:
+        """A registry's retryable answer (the runs' observer): 429s are counted."""
+        if status == 429:
+            self.rate_limited.inc()
+
+    def observe_given_up(self) -> None:
+        self.syncs.labels("failed").inc()
+        self.given_up.inc()
 
     def observe(self, results: list[ReleaseResult], seconds: float, ok: bool, now: float) -> None:
         self.syncs.labels("succeeded" if ok else "failed").inc()

@@ -1,4 +1,9 @@
-"""Runs queued jobs one at a time with the sync engine, and records what happened."""
+"""Runs queued jobs one at a time with the sync engine, and records what happened.
+
+Recording meets two kinds of failure. The database being away (down, restarting, a dropped connection) is
+waited out: the lease runs out and the job is run again, by this replica or another. Anything else is a bug
+(a report that does not serialise, say): it would fail the same way every time, so the job is recorded as
+failed with "internal error: ..." and the traceback logged once."""
 
 from __future__ import annotations
 
@@ -8,14 +13,14 @@ import logging
 import time
 from typing import Any
 
-from mirror.chart.archive import ChartError
-from mirror.engine.discover import DiscoveryError
-from mirror.engine.lock import LockTimeout
+from sqlalchemy.exc import SQLAlchemyError
+
+from mirror import database
+from mirror.engine.clients import Clients
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
-from mirror.output import OutputError
+from mirror.errors import MirrorError
 from mirror.progress import Progress
-from mirror.registry.credentials import CredentialError
 from mirror.report import ReleaseResult
 from mirror.service.logs import current_job
 from mirror.service.metrics import Metrics
@@ -24,6 +29,13 @@ from mirror.settings import MirrorSettings
 from mirror.untrusted import clip
 
 log = logging.getLogger("mirror.service")
+
+
+def internal_error(exc: BaseException) -> str:
+    """A bug's one line, as stored on its job: a statement the database refused is told by the driver's first
+    line (SQLAlchemy's text carries the statement and its parameters)."""
+    detail = database.driver_reason(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
+    return clip(f"internal error: {type(exc).__name__}: {detail}", MAX_ERROR_CHARS)
 
 
 def job_record(results: list[ReleaseResult]) -> list[dict[str, Any]]:
@@ -78,7 +90,9 @@ class JobRunner:
         log.info("job runner %s: leases of %.0f s", self.owner, self.lease)
         while not self.stopping:
             try:
-                job = await self.store.claim_next(self.owner, self.lease)
+                job = await self.store.claim_next(
+                    self.owner, self.lease, self.settings.service.max_attempts, self._gave_up
+                )
             except Exception as exc:  # the database is away for a moment: keep the runner, try again
                 log.warning("could not look for work: %s", clip(str(exc)))
                 job = None
@@ -109,18 +123,14 @@ class JobRunner:
         error: str | None = None
         try:
             log.info("job started: %s", ", ".join(job["versions"]) if job["versions"] else "discovery")
-            options = SyncOptions()
-            if job["versions"] is None:
-                results = await discover_and_sync(self.settings, options, Progress(), shutdown)
-            else:
-                results = await sync(self.settings, job["versions"], options, Progress(), shutdown)
-        except (ValueError, LockTimeout, DiscoveryError, ChartError, CredentialError, OutputError) as exc:
+            results = await self._sync(job, shutdown)
+        except MirrorError as exc:  # the job's input, a source, a login, a lock, the output: one line
             error = str(exc)
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")
             error = f"internal error: {type(exc).__name__}: {exc}"
-        failures = [line for r in results for line in r.failures()]
         try:
+            failures = [line for r in results for line in r.failures()]
             if shutdown.stopping and not error and failures:  # cut short: another replica finishes it
                 if await self.store.release(job["id"], self.owner):
                     log.warning("job given back to the queue unfinished: this replica is shutting down")
@@ -129,10 +139,18 @@ class JobRunner:
             error = clip(error or "; ".join(failures), MAX_ERROR_CHARS) if error or failures else None
             state = SUCCEEDED if ok else FAILED
             recorded = await self.store.finish(job["id"], self.owner, state, job_record(results), error)
-        except Exception as exc:  # the database is away: the lease runs out and the job is run again
-            reason = clip(str(exc))
-            log.error("could not record the job's outcome (%s); it will run again when its lease expires", reason)
-            return
+        except Exception as exc:
+            if database.unavailable(exc):  # waited out: the lease runs out and the job is run again
+                reason = clip(database.driver_reason(exc))
+                log.error("could not record the job's outcome (%s); it will run again when its lease expires", reason)
+                return
+            log.exception("could not record the job's outcome")  # a bug, the same on every run: fail the job
+            ok, results, error = False, [], internal_error(exc)
+            try:
+                recorded = await self.store.finish(job["id"], self.owner, FAILED, [], error)
+            except Exception as again:  # the lease runs out and the job is run again (at most max_attempts)
+                log.error("could not record the job as failed either (%s)", clip(database.driver_reason(again)))
+                return
         if not recorded:
             log.error("job finished after its lease was lost to another replica; its outcome was not recorded")
             return
@@ -141,6 +159,23 @@ class JobRunner:
             log.info("job succeeded")
         else:
             log.error("job failed: %s", error)
+
+    async def _sync(self, job: dict[str, Any], shutdown: Shutdown) -> list[ReleaseResult]:
+        """The job's run through the engine, its registry clients telling the metrics each retryable answer."""
+        options = SyncOptions()
+        async with Clients(self.settings, self.metrics.count_retry_status) as clients:
+            if job["versions"] is None:
+                return await discover_and_sync(self.settings, options, Progress(), shutdown, clients)
+            return await sync(self.settings, job["versions"], options, Progress(), shutdown, clients)
+
+    def _gave_up(self, job: dict[str, Any]) -> None:
+        """A job the store failed for this replica's claim: its lease ran out `max_attempts` times."""
+        token = current_job.set(job["id"])
+        try:
+            log.error("job failed: %s", job["error"])
+        finally:
+            current_job.reset(token)
+        self.metrics.observe_given_up()
 
     async def _heartbeat(self, job_id: str, shutdown: Shutdown) -> None:
         """Renew the lease at a third of its length. A lease found lost means another replica has the job:

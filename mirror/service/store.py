@@ -3,9 +3,14 @@
 SQLite (the default, under `state_dir`) serves one replica. PostgreSQL serves several: a job is written
 before the webhook is answered, claimed atomically (`FOR UPDATE SKIP LOCKED`; a conditional update
 elsewhere), and held under a lease that its runner renews. A job whose lease expired (its replica died) is
-claimed again by whoever looks next; a live replica's job is never taken. At most one queued or running job
-per release is enforced by a partial unique index, not by a read-then-write. Times come from the database's
-clock, so replicas with skewed clocks agree on when a lease ends.
+claimed again by whoever looks next; a live replica's job is never taken, and a job whose lease ran out
+`max_attempts` times (it kills its replica each time) is failed by the claim that finds it, in the same
+transaction, instead of being run again. At most one queued or running job per release is enforced by a
+partial unique index, not by a read-then-write.
+
+Time comes from one clock, read once per transaction: the one given (the tests move a fake one), else
+PostgreSQL's own (`clock_timestamp()`), so replicas with skewed clocks agree on when a lease ends; SQLite
+serves one replica on one machine, whose clock (`time.time`) is the database's.
 
 Every string a job carries is bounded: the columns' lengths are checked by the service before a delivery id
 reaches `enqueue`, and a job's error is cut to `MAX_ERROR_CHARS` here, at write, so nothing longer is stored.
@@ -14,6 +19,7 @@ reaches `enqueue`, and a job's error is cut to `MAX_ERROR_CHARS` here, at write,
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import socket
@@ -21,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Column,
@@ -33,7 +39,6 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
-    create_engine,
     func,
     insert,
     inspect,
@@ -44,10 +49,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
+from mirror import database
 from mirror.untrusted import clip
 
 T = TypeVar("T")
@@ -59,7 +65,8 @@ DISCOVERY = "discover"  # the release key of a discovery job
 ENQUEUE_ATTEMPTS = 5
 MAX_DELIVERY_CHARS = 200  # the delivery columns' length
 MAX_ERROR_CHARS = 500  # a job's error as stored (and so as served and logged)
-CONNECT_SECONDS = 10  # a PostgreSQL server that does not answer: give up on this connection after this long
+MAX_ATTEMPTS = 3  # service.max_attempts's default
+Clock = Callable[[], float]  # seconds since the epoch
 
 metadata = MetaData()
 jobs = Table(
@@ -76,7 +83,8 @@ jobs = Table(
     Column("finished_at", Float),
     Column("owner", String(100)),  # the replica holding the lease
     Column("lease_expires_at", Float),
-    Column("attempts", Integer, nullable=False, server_default="0"),  # how many times it was claimed
+    # how many times it was claimed and not given back (a replica shutting down gives its claim back)
+    Column("attempts", Integer, nullable=False, server_default="0"),
     Column("result", Text),  # JSON: the releases' reports
     Column("error", Text),
 )
@@ -114,18 +122,22 @@ def new_owner_id() -> str:
 
 
 class JobStore:
-    def __init__(self, url: str) -> None:
-        self.engine: Engine = _engine(url)
+    def __init__(self, url: str, clock: Clock | None = None) -> None:
+        """`clock`: where every time the store writes or compares comes from (created_at, started_at,
+        finished_at, leases and their expiry); by default PostgreSQL's clock, or this machine's for SQLite."""
+        self.engine: Engine = database.open_engine(url)
         self.postgres = self.engine.dialect.name == "postgresql"
+        self.clock = clock if clock is not None or self.postgres else time.time
         _create_or_upgrade(self.engine)
         # SQLite takes one writer at a time; PostgreSQL needs no lock in the process
         self._lock: threading.Lock | None = None if self.postgres else threading.Lock()
 
-    def now(self) -> ColumnElement[float]:
-        """The database's clock in seconds since the epoch."""
-        if self.postgres:
-            return cast(ColumnElement[float], func.extract("epoch", func.clock_timestamp()))
-        return (func.julianday("now") - 2440587.5) * 86400.0
+    def _now(self, db: Connection) -> float:
+        """The time, from the store's clock: read once per transaction, so what one transaction compares
+        and writes agrees to the microsecond."""
+        if self.clock is not None:
+            return self.clock()
+        return float(db.execute(select(func.extract("epoch", func.clock_timestamp()))).scalar_one())
 
     async def _run(self, work: Callable[[Connection], T]) -> T:
         def in_transaction() -> T:
@@ -148,8 +160,9 @@ class JobStore:
             raise ValueError(f"delivery id of {len(delivery)} characters: at most {MAX_DELIVERY_CHARS}")
         key = release_key(versions)
         if done_within > 0:
-            since = self.now() - done_within
-            done = await self._run(lambda db: _recently_done(db, delivery, key, since, self.postgres))
+            done = await self._run(
+                lambda db: _recently_done(db, delivery, key, self._now(db) - done_within, self.postgres)
+            )
             if done is not None:
                 return _row(done), False
         for _ in range(ENQUEUE_ATTEMPTS):
@@ -160,11 +173,10 @@ class JobStore:
                 "release_key": key,
                 "delivery": delivery,
                 "state": QUEUED,
-                "created_at": time.time(),
                 "attempts": 0,
             }
             try:
-                return _row(await self._run(_inserter(job))), True
+                return _row(await self._run(self._inserter(job))), True
             except IntegrityError:
                 existing = await self._run(lambda db: _existing(db, delivery, key, self.postgres))
                 if existing is not None:
@@ -208,40 +220,65 @@ class JobStore:
         found = [_row(r) for r in rows[:limit]]
         return found, found[-1]["id"] if len(rows) > limit else None
 
-    def _claimable(self, now: ColumnElement[float]) -> ColumnElement[bool]:
-        expired = (jobs.c.state == RUNNING) & (jobs.c.lease_expires_at < now)
-        return or_(jobs.c.state == QUEUED, expired)
+    async def claim_next(
+        self,
+        owner: str,
+        lease: float,
+        max_attempts: int = MAX_ATTEMPTS,
+        on_give_up: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any] | None:
+        """The oldest job that is queued or whose lease expired, now running under `owner`'s lease. A job
+        whose lease expired after `max_attempts` claims is failed on the way instead (each told to
+        `on_give_up` once the transaction is committed), and the next one looked at."""
 
-    async def claim_next(self, owner: str, lease: float) -> dict[str, Any] | None:
-        """The oldest job that is queued or whose lease expired, now running under `owner`'s lease."""
-
-        def work(db: Connection) -> dict[str, Any] | None:
-            now = self.now()
-            candidate = select(jobs.c.id).where(self._claimable(now)).order_by(jobs.c.created_at).limit(1)
-            if self.postgres:
-                candidate = candidate.with_for_update(skip_locked=True)
-            claim = (
-                update(jobs)
-                .where(jobs.c.id == candidate.scalar_subquery(), self._claimable(now))
-                .values(
-                    state=RUNNING,
-                    owner=owner,
-                    lease_expires_at=now + lease,
-                    started_at=now,
-                    attempts=jobs.c.attempts + 1,
+        def work(db: Connection) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+            now = self._now(db)
+            given_up = []
+            while (candidate := self._oldest_claimable(db, now)) is not None:
+                if candidate.state == RUNNING and candidate.attempts >= max_attempts:
+                    failed = _give_up(db, candidate, now)
+                    if failed is not None:
+                        given_up.append(_row(failed))
+                    continue
+                claim = (
+                    update(jobs)
+                    .where(jobs.c.id == candidate.id, _claimable(now))
+                    .values(
+                        state=RUNNING,
+                        owner=owner,
+                        lease_expires_at=now + lease,
+                        started_at=now,
+                        attempts=jobs.c.attempts + 1,
+                    )
+                    .returning(jobs)
                 )
-                .returning(jobs)
-            )
-            row = db.execute(claim).first()
-            return _row(row) if row is not None else None
+                row = db.execute(claim).first()
+                if row is not None:
+                    return _row(row), given_up
+                # SQLite only (PostgreSQL holds the row locked): another process took it between our two
+                # statements; look again
+            return None, given_up
 
-        return await self._run(work)
+        claimed, given_up = await self._run(work)
+        for job in given_up:
+            if on_give_up is not None:
+                on_give_up(job)
+        return claimed
+
+    def _oldest_claimable(self, db: Connection, now: float) -> Any:
+        """The oldest claimable job's id, state and lease; on PostgreSQL locked for this transaction, jobs
+        another replica is claiming at this moment skipped."""
+        columns = (jobs.c.id, jobs.c.state, jobs.c.attempts, jobs.c.owner, jobs.c.lease_expires_at)
+        oldest = select(*columns).where(_claimable(now)).order_by(jobs.c.created_at, jobs.c.id).limit(1)
+        if self.postgres:
+            oldest = oldest.with_for_update(skip_locked=True)
+        return db.execute(oldest).first()
 
     async def renew(self, job_id: str, owner: str, lease: float) -> bool:
         """Extend the lease; False when `owner` no longer holds it (it expired and another replica took it)."""
 
         def work(db: Connection) -> bool:
-            renewed = update(jobs).where(_held(job_id, owner)).values(lease_expires_at=self.now() + lease)
+            renewed = update(jobs).where(_held(job_id, owner)).values(lease_expires_at=self._now(db) + lease)
             return bool(db.execute(renewed).rowcount)
 
         return await self._run(work)
@@ -250,20 +287,35 @@ class JobStore:
         """Record the outcome; False (nothing written) when `owner` lost the lease meanwhile."""
         values = {
             "state": state,
-            "finished_at": self.now(),
             "result": json.dumps(result),
-            "error": clip(error, MAX_ERROR_CHARS) if error is not None else None,
+            "error": stored_error(error) if error is not None else None,
         }
-        return await self._update_held(job_id, owner, values)
+        return await self._update_held(job_id, owner, values, finished=True)
 
     async def release(self, job_id: str, owner: str) -> bool:
-        """Give an unfinished job back to the queue (a replica shutting down), for another replica to take."""
-        return await self._update_held(job_id, owner, {"state": QUEUED, "owner": None, "lease_expires_at": None})
+        """Give an unfinished job back to the queue (a replica shutting down), for another replica to take;
+        its claim is given back too, so shutdowns never count towards `max_attempts`."""
+        values = {"state": QUEUED, "owner": None, "lease_expires_at": None, "attempts": jobs.c.attempts - 1}
+        return await self._update_held(job_id, owner, values)
 
-    async def _update_held(self, job_id: str, owner: str, values: dict[str, Any]) -> bool:
+    async def _update_held(self, job_id: str, owner: str, values: dict[str, Any], finished: bool = False) -> bool:
         """Write to a running job only while `owner` holds its lease; False when it does not."""
-        statement = update(jobs).where(_held(job_id, owner)).values(**values)
-        return await self._run(lambda db: bool(db.execute(statement).rowcount))
+
+        def work(db: Connection) -> bool:
+            stamp = {"finished_at": self._now(db)} if finished else {}
+            statement = update(jobs).where(_held(job_id, owner)).values(**values, **stamp)
+            return bool(db.execute(statement).rowcount)
+
+        return await self._run(work)
+
+    def _inserter(self, job: dict[str, Any]) -> Callable[[Connection], Any]:
+        def work(db: Connection) -> Any:
+            row = db.execute(insert(jobs).values(**job, created_at=self._now(db)).returning(jobs)).one()
+            if job["delivery"] is not None:
+                db.execute(insert(deliveries).values(delivery=job["delivery"], job_id=job["id"]))
+            return row
+
+        return work
 
     async def writable(self) -> bool:
         try:
@@ -276,18 +328,45 @@ class JobStore:
         self.engine.dispose()
 
 
+def stored_error(error: str) -> str:
+    """A job's error as written: one line, cut to MAX_ERROR_CHARS, and no NUL (which a registry's message
+    may carry and PostgreSQL's text refuses: the outcome could never be recorded)."""
+    return clip(error, MAX_ERROR_CHARS).replace("\x00", "\\x00")
+
+
 def _held(job_id: str, owner: str) -> ColumnElement[bool]:
     return (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
 
 
-def _inserter(job: dict[str, Any]) -> Callable[[Connection], Any]:
-    def work(db: Connection) -> Any:
-        row = db.execute(insert(jobs).values(**job).returning(jobs)).one()
-        if job["delivery"] is not None:
-            db.execute(insert(deliveries).values(delivery=job["delivery"], job_id=job["id"]))
-        return row
+def _claimable(now: float) -> ColumnElement[bool]:
+    expired = (jobs.c.state == RUNNING) & (jobs.c.lease_expires_at < now)
+    return or_(jobs.c.state == QUEUED, expired)
 
-    return work
+
+def gave_up_error(attempts: int, owner: str | None, lease_expires_at: float | None) -> str:
+    """Why a job is not run again: how often it was claimed, who held it last and until when (UTC)."""
+    until = "an unknown time"
+    if lease_expires_at is not None:
+        moment = datetime.datetime.fromtimestamp(lease_expires_at, datetime.UTC)
+        until = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return (
+        f"gave up after {attempts} attempts: last held by {owner or 'an unknown replica'} until {until}, when its"
+        " lease ran out (each replica that ran it died or stopped answering: out of memory, say)"
+    )
+
+
+def _give_up(db: Connection, candidate: Any, now: float) -> Any:
+    """Fail a job whose lease ran out once too often; the row as failed, or None when it changed since it
+    was read (another process on SQLite got there first)."""
+    error = gave_up_error(candidate.attempts, candidate.owner, candidate.lease_expires_at)
+    unchanged = (
+        (jobs.c.id == candidate.id)
+        & (jobs.c.state == RUNNING)
+        & (jobs.c.attempts == candidate.attempts)
+        & (jobs.c.lease_expires_at < now)
+    )
+    failed = update(jobs).where(unchanged).values(state=FAILED, finished_at=now, error=stored_error(error))
+    return db.execute(failed.returning(jobs)).first()
 
 
 def _existing(db: Connection, delivery: str | None, key: str, postgres: bool) -> Any:
@@ -303,7 +382,7 @@ def _existing(db: Connection, delivery: str | None, key: str, postgres: bool) ->
     return active
 
 
-def _recently_done(db: Connection, delivery: str | None, key: str, since: ColumnElement[float], postgres: bool) -> Any:
+def _recently_done(db: Connection, delivery: str | None, key: str, since: float, postgres: bool) -> Any:
     """The job that answers this delivery, or the release's job that succeeded `since` then (which
     then answers the delivery too); None when the release has an active job, which `enqueue` merges into."""
     if delivery is not None:
@@ -334,15 +413,6 @@ def _job_of_delivery(db: Connection, delivery: str) -> Any:
     return seen
 
 
-def _engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        return create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-    parsed = make_url(url)
-    libpq = parsed.get_driver_name() in ("psycopg", "psycopg2")  # libpq's connect_timeout
-    timeout = {"connect_timeout": CONNECT_SECONDS} if libpq and "connect_timeout" not in parsed.query else {}
-    return create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4, connect_args=timeout)
-
-
 _ADDED_COLUMNS = {
     "release_key": "VARCHAR(200)",
     "owner": "VARCHAR(100)",
@@ -355,7 +425,7 @@ def _create_or_upgrade(engine: Engine) -> None:
     """Create the table, or add what an older mirror's table lacks. Safe for replicas starting together."""
     with engine.begin() as db:
         if db.dialect.name == "postgresql":  # replicas starting at once must not race on CREATE TABLE
-            db.execute(text("SELECT pg_advisory_xact_lock(727274)"))
+            db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": database.advisory_key(database.SCHEMA_LOCK)})
         present = {c["name"] for c in inspect(db).get_columns("jobs")} if inspect(db).has_table("jobs") else None
         if present is not None:
             for name, ddl in _ADDED_COLUMNS.items():

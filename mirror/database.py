@@ -1,0 +1,75 @@
+"""The database mirror keeps its jobs and its target locks in: the SQLAlchemy engine made from a
+`database_url` (the job store's pool, or the single session a target lock lives on), which of its errors
+mean "the database is away for now", and the keys of PostgreSQL's advisory locks.
+
+Every advisory lock mirror takes is named in one namespace (`target:<registry>_<namespace>`,
+`schema:jobs`) and keyed by one function of that name, so two parts of mirror never meet on one key by
+accident, and every process of every version agrees on the key of a name.
+
+SQLAlchemy is imported only when an engine is made: a `mirror sync` with file locks never loads it."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+CONNECT_SECONDS = 10  # a PostgreSQL server that does not answer: give up on this connection after this long
+SQLITE_BUSY_SECONDS = 30  # how long SQLite waits for another writer's lock
+POOL_SIZE, POOL_OVERFLOW = 4, 4
+
+SCHEMA_LOCK = "schema:jobs"  # one replica at a time creates or upgrades the job tables
+
+
+def target_lock(name: str) -> str:
+    """The advisory lock that makes one sync at a time write to a target (`name` from `engine/lock.py`)."""
+    return f"target:{name}"
+
+
+def advisory_key(name: str) -> int:
+    """The signed 64-bit key of an advisory lock's name (`pg_advisory_lock` takes a bigint): stable across
+    processes and versions, since a CronJob and replicas of another release may hold the same lock."""
+    return int.from_bytes(hashlib.sha256(f"mirror-{name}".encode()).digest()[:8], "big", signed=True)
+
+
+def is_postgresql(url: str) -> bool:
+    return url.startswith("postgresql")
+
+
+def open_engine(url: str, *, pooled: bool = True) -> Engine:
+    """The engine for `url`. Pooled: the job store's connections, checked before use (a server restarted
+    since is reconnected, not an error). Not pooled: each `connect()` is a session of its own, closed for
+    good when released, which a session-level advisory lock needs. A PostgreSQL server that does not answer
+    costs at most CONNECT_SECONDS per connection (libpq's connect_timeout, unless the URL sets one)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    if url.startswith("sqlite"):
+        return create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_SECONDS})
+    parsed = make_url(url)
+    libpq = parsed.get_driver_name() in ("psycopg", "psycopg2")
+    timeout = {"connect_timeout": CONNECT_SECONDS} if libpq and "connect_timeout" not in parsed.query else {}
+    if not pooled:
+        return create_engine(url, poolclass=NullPool, connect_args=timeout)
+    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, connect_args=timeout)
+
+
+def unavailable(error: BaseException) -> bool:
+    """Whether `error` says the database could not be reached or used for now (the server is down,
+    restarting, the connection dropped, SQLite's file is locked, the pool is exhausted): worth trying again
+    later. A refused statement (bad data, a constraint, bad SQL) is not: it would be refused again."""
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(error, (OperationalError, InterfaceError, PoolTimeout)):
+        return True
+    return isinstance(error, DBAPIError) and error.connection_invalidated
+
+
+def driver_reason(error: BaseException) -> str:
+    """The first line of the driver's message, never the URL (which may hold a password)."""
+    reason = str(getattr(error, "orig", None) or type(error).__name__).strip()
+    return reason.splitlines()[0] if reason else type(error).__name__

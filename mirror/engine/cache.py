@@ -1,0 +1,128 @@
+"""What one run learns once and shares: the registry clients, each target registry's blobs, the spool, the
+source trees, and what refers to each source digest. Each entry is a memoised task, started by the first stage
+that needs it and awaited by every other; nothing here decides anything."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mirror.engine.blobs import TargetBlobs
+from mirror.engine.clients import Clients, open_client, retry_policy
+from mirror.engine.fanout import Spool
+from mirror.engine.jobs import ImageJob, TargetRef
+from mirror.engine.referrers import Found, look_up_referrers, read_fallback
+from mirror.engine.shutdown import Shutdown
+from mirror.engine.tree import ManifestTree, load_tree
+from mirror.engine.upload import BlobOrigin, RegistryOrigin
+from mirror.oci import Descriptor
+from mirror.registry import RegistryClient
+from mirror.settings import MirrorSettings
+
+ReferrerKey = tuple[str, str, str]  # source registry, repository, digest
+
+
+def _dropped_unless_read(task: asyncio.Task[Any]) -> None:
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read by whoever needs it, or dropped
+
+
+class RunCache:
+    def __init__(self, settings: MirrorSettings, clients: Clients, shutdown: Shutdown) -> None:
+        self.settings = settings
+        self.clients = clients
+        self.shutdown = shutdown
+        transfer = settings.transfer
+        self.transfer_limit = asyncio.Semaphore(transfer.blob_concurrency)
+        self.spool = Spool(settings.spool.max_bytes, transfer.chunk_size, settings.spool.dir)
+        self.blobs: dict[str, TargetBlobs] = {}
+        self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
+        self._referrers: dict[ReferrerKey, asyncio.Task[Found]] = {}
+        self._referrer_heads: dict[ReferrerKey, asyncio.Task[Found]] = {}
+        self._anonymous: dict[str, RegistryClient] = {}
+
+    def blobs_at(self, host: str, repositories: frozenset[str]) -> TargetBlobs:
+        """What the run knows a target registry holds, and its one transfer per blob."""
+        state = self.blobs.get(host)
+        if state is None:
+            transfer = self.settings.transfer
+            state = self.blobs[host] = TargetBlobs(
+                self.clients[host],
+                self.transfer_limit,
+                repositories,
+                retry_policy(self.settings.retry),
+                transfer.chunked_upload_threshold,
+                transfer.upload_chunk_size,
+                self.shutdown,
+                transfer.max_blob_size,
+            )
+        return state
+
+    def origin_for(self, job: ImageJob) -> BlobOrigin:
+        """The source repository; through the spool when several targets want the same blobs."""
+        source = RegistryOrigin(self.clients[job.source.registry], job.source.name)
+        return self.spool.origin(source) if len(job.targets) > 1 else source
+
+    def source_tree(self, job: ImageJob, digest: str) -> asyncio.Task[ManifestTree]:
+        task = self._trees.get(digest)
+        if task is None:
+            source = self.clients[job.source.registry]
+            concurrency = self.settings.transfer.manifest_concurrency
+            task = self._trees[digest] = asyncio.ensure_future(load_tree(source, job.source.name, digest, concurrency))
+        return task
+
+    def target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
+        """The target tag's descriptor, asked at once (not memoised: each tag is asked once per image)."""
+        client = self.clients[ref.repository.registry]
+        task = asyncio.ensure_future(client.head_manifest(ref.repository.name, job.tag))
+        _dropped_unless_read(task)
+        return task
+
+    def look_up_referrers(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
+        """The HEADs (and the referrers API) of the look-up, started as soon as the source digest is known; the
+        fallback index's listing, a manifest GET, is read only when something needs it (`referrers_of`)."""
+        key = (job.source.registry, job.source.name, digest)
+        task = self._referrer_heads.get(key)
+        if task is None:
+            source = self.clients[job.source.registry]
+            task = self._referrer_heads[key] = asyncio.ensure_future(
+                look_up_referrers(source, job.source.name, digest, api)
+            )
+            _dropped_unless_read(task)
+        return task
+
+    def referrers_of(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
+        """What refers to a source digest, listed in full, once per run for the gate and every target. `api`:
+        False once the source is known to lack the referrers API (its tags are still looked at)."""
+        key = (job.source.registry, job.source.name, digest)
+        task = self._referrers.get(key)
+        if task is None:
+            task = self._referrers[key] = asyncio.ensure_future(self._listed(job, digest, api))
+            _dropped_unless_read(task)
+        return task
+
+    async def _listed(self, job: ImageJob, digest: str, api: bool) -> Found:
+        """The look-up's HEADs, then the fallback index's listing, read from a target that holds its exact bytes
+        (an earlier run's copy) where one does, so a re-run sends the source no GET for it."""
+        heads = await asyncio.shield(self.look_up_referrers(job, digest, api))
+        copies = [(self.clients[ref.repository.registry], ref.repository.name) for ref in job.targets]
+        return await read_fallback(heads, self.clients[job.source.registry], job.source.name, copies)
+
+    def anonymous_client(self, host: str) -> RegistryClient:
+        client = self._anonymous.get(host)
+        if client is None:
+            client = self._anonymous[host] = open_client(
+                self.settings, host, anonymous=True, on_retry_status=self.clients.on_retry_status
+            )
+        return client
+
+    def cancel_pending(self) -> None:
+        """Stop work nobody waits for any more (its image already failed, or the run is abandoned)."""
+        for blobs in self.blobs.values():
+            blobs.cancel_pending()
+        for task in (*self._trees.values(), *self._referrers.values(), *self._referrer_heads.values()):
+            task.cancel()
+
+    async def aclose(self) -> None:
+        self.cancel_pending()
+        await self.spool.aclose()
+        await asyncio.gather(*(client.aclose() for client in self._anonymous.values()))

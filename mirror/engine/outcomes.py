@@ -1,0 +1,103 @@
+"""What each stage of a copy returns, as types: what a target tag needs (`Decision`), and how one image ended
+at one target (`Outcome`). The report is built from these at the edge; nothing fills a result in as it goes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mirror.engine.policy import Dropped
+
+# -- what a target tag needs ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """The tag is a verified copy of the source, or of mirror's rewrite of it (`digest`)."""
+
+    digest: str
+    children: tuple[str, ...] | None = None  # the index's children, when verification read them
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """The tag is absent or its copy incomplete: copy."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drifted:
+    """The tag points at something else: leave it alone."""
+
+    reason: str
+
+
+Decision = Current | Missing | Drifted
+
+
+# -- how an image ended at a target ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """The target holds a rewrite of the source index (entries the target refuses, or the policy drops, left
+    out); `dropped` is known when this run made it."""
+
+    source_digest: str
+    target_digest: str
+    dropped: tuple[Dropped, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"source_digest": self.source_digest, "target_digest": self.target_digest}
+        if self.dropped is not None:
+            data["dropped"] = [d.to_json() for d in self.dropped]
+        return data
+
+
+def rewrite_of(source_digest: str, target_digest: str, dropped: tuple[Dropped, ...] | None = None) -> Rewrite | None:
+    return Rewrite(source_digest, target_digest, dropped) if target_digest != source_digest else None
+
+
+@dataclass(frozen=True, slots=True)
+class UpToDate:
+    digest: str
+    rewrite: Rewrite | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Copied:
+    digest: str
+    plan: str
+    blobs: Mapping[str, int]  # present / mounted / uploaded counts
+    bytes_uploaded: int
+    rewrite: Rewrite | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A dry run: what a copy would do."""
+
+    plan: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The target registry (or a policy) refused the copy, and would refuse it again."""
+
+    reason: str
+    plan: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    reason: str
+    plan: str | None = None
+    copied: Copied | None = None  # pushed, then not verified
+
+
+Outcome = UpToDate | Copied | Planned | Drift | Refused | Failed

@@ -1,0 +1,295 @@
+"""One image at one target, as stages that each take the last one's value and return the next:
+
+    decide -> (copy -> verify) -> outcome;  then, for a verified copy: anonymous pull? + carry referrers
+
+`decide` says what the tag needs (`Current | Missing | Drifted`); a copy plans against the target, pushes what
+it lacks (the tag last) and verifies the tag; the result is an `Outcome`, from which the report is built."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+
+from mirror import acr
+from mirror.engine.blobs import BlobOutcome
+from mirror.engine.cache import RunCache
+from mirror.engine.copy import CopyStats, copy_to_target
+from mirror.engine.jobs import PINNED_TAG_PREFIX, ImageJob, TargetRef, pinned_tag
+from mirror.engine.outcomes import (
+    Copied,
+    Current,
+    Decision,
+    Drift,
+    Drifted,
+    Failed,
+    Missing,
+    Outcome,
+    Planned,
+    Refused,
+    UpToDate,
+    rewrite_of,
+)
+from mirror.engine.plan import apply_policy, plan_target
+from mirror.engine.policy import source_digest_of
+from mirror.engine.referrers import Carried, Found, carry_referrers
+from mirror.engine.verify import Verification, verify_copy
+from mirror.errors import Kind, MirrorError
+from mirror.oci import INDEX_TYPES, Descriptor
+from mirror.progress import Progress
+from mirror.registry import RegistryClient
+from mirror.report import TargetResult
+from mirror.settings import MirrorSettings
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOptions:
+    target_names: tuple[str, ...] = ()
+    dry_run: bool = False
+    deep: bool = False
+    force: bool = False
+    # discovery: a tag already at the source digest counts as mirrored without re-reading its tree, so a
+    # release mirrored earlier costs one HEAD per image at the source and per image and target
+    trust_matching_tags: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reached:
+    """Where the stages left the tag: the job as copied (its tag, a pinned digest's own where the chart's moved),
+    the outcome, and the index's children where a stage read them."""
+
+    job: ImageJob
+    outcome: Outcome
+    children: tuple[str, ...] | None = None
+
+
+class TargetStages:
+    def __init__(self, settings: MirrorSettings, options: SyncOptions, cache: RunCache, progress: Progress) -> None:
+        self.settings = settings
+        self.options = options
+        self.cache = cache
+        self.progress = progress
+
+    async def run(
+        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: asyncio.Task[Descriptor | None]
+    ) -> TargetResult:
+        """Every stage for one target. Whether a node can pull the tag anonymously is asked alongside the
+        decision (one round trip saved when nothing needs copying) and again after a copy."""
+        pullable = asyncio.ensure_future(self._pullable(ref, job.tag))
+        try:
+            reached = await self._reach(job, ref, resolved, current)
+        except MirrorError as exc:
+            pullable.cancel()
+            return self._failed(job, ref, f"{ref.repository}:{job.tag}", exc)
+        reference = f"{ref.repository}:{reached.job.tag}"
+        if not isinstance(reached.outcome, (UpToDate, Copied)):
+            pullable.cancel()
+            self._note_failure(job, ref, reached.outcome)
+            return TargetResult(ref.name, reference, reached.outcome)
+        if reached.job.tag != job.tag or isinstance(reached.outcome, Copied):
+            pullable.cancel()
+            pullable = asyncio.ensure_future(self._pullable(ref, reached.job.tag))
+        try:
+            anonymous_pull = await pullable  # the values' pull secret depends on it, every run
+            carried = await self._carry(reached.job, ref, resolved, reached.outcome, reached.children)
+        except MirrorError as exc:
+            return self._failed(job, ref, reference, exc)
+        return TargetResult(ref.name, reference, reached.outcome, anonymous_pull, carried)
+
+    def _failed(self, job: ImageJob, ref: TargetRef, reference: str, exc: MirrorError) -> TargetResult:
+        reason = str(exc) + acr.missing_namespace_hint(ref.target.registry, exc)
+        outcome: Outcome = Refused(reason) if exc.kind is Kind.REFUSED else Failed(reason)
+        self._note_failure(job, ref, outcome)
+        return TargetResult(ref.name, reference, outcome)
+
+    def _note_failure(self, job: ImageJob, ref: TargetRef, outcome: Outcome) -> None:
+        if isinstance(outcome, (Drift, Refused, Failed)):
+            self.progress.event(f"{job.image.name}:{job.tag} -> {ref.name}: FAILED: {outcome.reason}")
+
+    async def _reach(
+        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: asyncio.Task[Descriptor | None]
+    ) -> Reached:
+        label = f"{job.image.name}:{job.tag} -> {ref.name}"
+        decision = await self.decide(job, ref, resolved, await current, label)
+        match decision:
+            case Drifted() if job.digest and not job.tag.startswith(PINNED_TAG_PREFIX):
+                # nodes pull a pinned copy by digest: the chart's tag, moved upstream, need not stop it
+                pinned = replace(job, tag=pinned_tag(job.digest))
+                self.progress.event(f"{label}: the tag holds another digest; the pinned copy goes to {pinned.tag}")
+                return await self._reach(pinned, ref, resolved, self.cache.target_tag(pinned, ref))
+            case Drifted(reason=reason):
+                return Reached(job, Drift(reason))
+            case Current(digest=digest, children=children):
+                return Reached(job, UpToDate(digest, rewrite_of(resolved.digest, digest)), children)
+        copied = await self.copy(job, ref, resolved, label)
+        if not isinstance(copied, tuple):
+            return Reached(job, copied)
+        outcome, stats = copied
+        return Reached(job, await self.verify_copied(job, ref, outcome, stats, label), _children(stats))
+
+    async def decide(
+        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: Descriptor | None, label: str
+    ) -> Decision:
+        """Is the target tag already a verified copy of the source (or mirror's rewrite of it), something
+        else (drift), or missing or incomplete (copy)?"""
+        if current is None:
+            return Missing()
+        client, repository = self.cache.clients[ref.repository.registry], ref.repository.name
+        expected = await _expected_digest(client, repository, current.digest, resolved.digest)
+        if current.digest == expected and self.options.trust_matching_tags:
+            return Current(expected)
+        if current.digest == expected:
+            check = await self._verify(client, repository, job.tag, expected, resolved=current)
+            if check.ok:
+                self.progress.event(f"{label}: up to date, verified ({expected[:19]})")
+                return Current(expected, check.children)
+            self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
+            return Missing()
+        if self.options.force:
+            return Missing()
+        return Drifted(
+            f"drift: {ref.repository}:{job.tag} points at {current.digest}, the source at "
+            f"{resolved.digest}; left alone (release tags should not move; --force overwrites)"
+        )
+
+    async def copy(
+        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, label: str
+    ) -> tuple[Copied, CopyStats] | Planned | Failed | Refused:
+        """Plan against the target and push what it lacks, the tag last; a dry run stops at the plan."""
+        source_tree = await asyncio.shield(self.cache.source_tree(job, resolved.digest))
+        platforms = list(job.image.platforms or ref.target.platforms or []) or None
+        tree, dropped = apply_policy(source_tree, ref.target.attestations, platforms)
+        client = self.cache.clients[ref.repository.registry]
+        blobs = self.cache.blobs[ref.repository.registry]
+        plan = await plan_target(ref, tree, blobs, client, source_tree.root if dropped else None, dropped)
+        described = plan.describe()
+        if self.options.dry_run:
+            self.progress.event(f"{label}: would {described}")
+            return Planned(described)
+        self.progress.event(f"{label}: {described}")
+        self.progress.expect(plan.bytes_to_copy)
+        concurrency = self.settings.transfer.manifest_concurrency
+        try:
+            stats = await copy_to_target(
+                plan,
+                job.tag,
+                self.cache.origin_for(job),
+                client,
+                blobs,
+                concurrency,
+                ref.target.attestations,
+                self.progress.advance,
+            )
+        except MirrorError as exc:
+            reason = str(exc) + acr.missing_namespace_hint(ref.target.registry, exc)
+            return Refused(reason, described) if exc.kind is Kind.REFUSED else Failed(reason, described)
+        return self._copied(stats, described, resolved, label), stats
+
+    def _copied(self, stats: CopyStats, plan: str, resolved: Descriptor, label: str) -> Copied:
+        rewrite = rewrite_of(resolved.digest, stats.root.digest, stats.dropped)
+        if rewrite is not None:
+            self.progress.event(
+                f"{label}: index rewritten {resolved.digest[:19]} -> {stats.root.digest[:19]}, left out "
+                + "; ".join(f"{d.digest[:19]} ({d.platform}: {d.reason})" for d in stats.dropped)
+            )
+        blobs = {outcome.value: stats.counts[outcome] for outcome in BlobOutcome}
+        return Copied(stats.root.digest, plan, blobs, stats.bytes_uploaded, rewrite)
+
+    async def verify_copied(
+        self, job: ImageJob, ref: TargetRef, copied: Copied, stats: CopyStats, label: str
+    ) -> Copied | Failed:
+        """After a copy, only the tag: each push was confirmed as it went."""
+        client = self.cache.clients[ref.repository.registry]
+        expected_children = list(_children(stats) or ()) if stats.root.is_index else None
+        check = await self._verify(
+            client, ref.repository.name, job.tag, copied.digest, expected_children, tag_only=True
+        )
+        if not check.ok:
+            return Failed("verification failed: " + "; ".join(check.problems[:3]), copied.plan, copied)
+        self.progress.event(f"{label}: copied and verified ({copied.digest[:19]})")
+        return copied
+
+    async def _carry(
+        self,
+        job: ImageJob,
+        ref: TargetRef,
+        resolved: Descriptor,
+        outcome: UpToDate | Copied,
+        children: tuple[str, ...] | None,
+    ) -> Carried | None:
+        """Signatures, attestations and SBOMs of the image's index and of each of its children (as the copy or
+        the verification saw them, else read from the target), where the target keeps the source's digest."""
+        if not ref.target.referrers:
+            return None
+        if outcome.digest != resolved.digest:
+            reason = "the index was rewritten at this target: what refers to the source digest would not match"
+            return Carried([], [{"digest": resolved.digest, "reason": reason}])
+        target = self.cache.clients[ref.repository.registry]
+        root = await asyncio.shield(self.cache.referrers_of(job, resolved.digest))
+        if children is None:
+            children = await _children_at(target, ref.repository.name, resolved)
+        found = [root, *await asyncio.gather(*(self._shielded_referrers(job, c, root.api) for c in children))]
+        source = self.cache.clients[job.source.registry]
+        blobs, attestations = self.cache.blobs[ref.repository.registry], ref.target.attestations
+        parts = await asyncio.gather(
+            *(
+                carry_referrers(source, job.source.name, target, ref.repository.name, blobs, digest, each, attestations)
+                for digest, each in zip([resolved.digest, *children], found, strict=True)
+            )
+        )
+        carried = Carried([c for p in parts for c in p.carried], [c for p in parts for c in p.left_out])
+        if not (carried.carried or carried.left_out):
+            return None
+        kinds = ", ".join(sorted({c["kind"] for c in carried.carried})) or "nothing"
+        self.progress.event(
+            f"{job.image.name}:{job.tag} -> {ref.name}: carried {len(carried.carried)} referrer(s) ({kinds})"
+            + (f", left out {len(carried.left_out)}" if carried.left_out else "")
+        )
+        return carried
+
+    async def _shielded_referrers(self, job: ImageJob, digest: str, api: bool) -> Found:
+        return await asyncio.shield(self.cache.referrers_of(job, digest, api))
+
+    async def _pullable(self, ref: TargetRef, tag: str) -> bool:
+        """Can a node without credentials pull the copy? Decides whether the values need a pull secret."""
+        if acr.allows_anonymous_pull(ref.repository.registry) is False:
+            return False
+        client = self.cache.anonymous_client(ref.repository.registry)
+        try:
+            return await client.head_manifest(ref.repository.name, tag) is not None
+        except MirrorError:
+            return False
+
+    async def _verify(
+        self,
+        client: RegistryClient,
+        repository: str,
+        tag: str,
+        digest: str,
+        children: list[str] | None = None,
+        resolved: Descriptor | None = None,
+        tag_only: bool = False,
+    ) -> Verification:
+        concurrency = self.settings.transfer.manifest_concurrency
+        return await verify_copy(
+            client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only
+        )
+
+
+def _children(stats: CopyStats) -> tuple[str, ...]:
+    return tuple(d.digest for d in stats.root.manifests)
+
+
+async def _expected_digest(client: RegistryClient, repository: str, current: str, source: str) -> str:
+    """What the target tag should point at: the source digest, or a rewrite of it made by this tool (recorded in
+    the rewritten index's annotations, read from the target: no source pull)."""
+    if current == source:
+        return source
+    manifest = await client.get_manifest(repository, current)
+    return current if source_digest_of(manifest) == source else source
+
+
+async def _children_at(target: RegistryClient, repository: str, resolved: Descriptor) -> tuple[str, ...]:
+    """The child digests of an index, read from the target's verified copy (the source gets no GET)."""
+    if resolved.media_type not in INDEX_TYPES:
+        return ()
+    return tuple(d.digest for d in (await target.get_manifest(repository, resolved.digest)).manifests)

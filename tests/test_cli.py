@@ -1,0 +1,66 @@
+"""First contact: `mirror --help` and each command's help are written for users, and answer without loading
+the settings or HTTP."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import mirror.cli
+from mirror.cli import main
+
+HEAVY_MODULES = ("mirror.settings", "pydantic", "pydantic_settings", "httpx", "mirror.registry", "mirror.engine")
+
+
+def help_of(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_mirror_help_names_the_commands_examples_config_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    text = help_of([], capsys)
+    assert "sync" in text and "serve" in text
+    for example in ("mirror sync v2.10.0", "mirror sync --discover", "mirror serve --port 8080"):
+        assert f"  {example}\n" in text
+    assert "mirror sync v2.10.0 --dry-run --target cn-hangzhou" in text
+    assert "$MIRROR_CONFIG" in text and "config/mirror.yaml" in text
+    for code in ("0", "1", "2", "143"):
+        assert f"\n  {code} " in text
+    assert mirror.cli.__doc__ is not None
+    assert "thin face" not in text and mirror.cli.__doc__.splitlines()[0] not in text
+
+
+@pytest.mark.parametrize(
+    ("command", "example"),
+    [("sync", "mirror sync v2.10.0 --dry-run --target cn-hangzhou"), ("serve", "mirror serve --port 8080")],
+)
+def test_each_command_has_its_own_help(command: str, example: str, capsys: pytest.CaptureFixture[str]) -> None:
+    text = help_of([command], capsys)
+    assert text.startswith(f"usage: mirror {command} ")
+    assert example in text and "--config FILE" in text and "config/mirror.yaml" in text and "exit codes:" in text
+
+
+def test_help_fits_a_terminal(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # what argparse wraps the options to
+    for command in ([], ["sync"], ["serve"]):
+        wide = [line for line in help_of(command, capsys).splitlines() if len(line) > 80]
+        assert wide == [], command
+
+
+def test_help_loads_neither_settings_nor_http() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mirror", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "mirror sync --discover" in shown.stdout
+    timed = [line for line in shown.stderr.splitlines() if line.startswith("import time:")]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in timed}
+    assert "mirror.cli" in imported  # the measure sees our own modules
+    assert not imported & set(HEAVY_MODULES)
