@@ -34,6 +34,7 @@ def config(world: AliyunWorld, tmp_path: Path, namespace: str = "hami-system", *
         "images": [{"name": "hami", "source": source["repository"]}],
         "registries": {source["host"]: {"plain_http": True}, HOST: {"aliyun": login}},
         "output_dir": str(tmp_path / "out"),
+        "state_dir": str(tmp_path / "state"),
         "values": {"unmirrored": "warn"},  # one image of HAMi's: the rest of its keys stay, said in the file
         "retry": {"base_delay": 0.05, "max_delay": 0.5, "max_elapsed": 30},
     }

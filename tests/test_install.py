@@ -84,6 +84,7 @@ def install_config(tmp_path: Path, install: Install, target: LocalRegistry, **ch
     hosts = [*install.hosts().values(), target.host]
     config["registries"] = {host: {"plain_http": True} for host in hosts}
     config["output_dir"] = str(tmp_path / "out")
+    config["state_dir"] = str(tmp_path / "state")
     config["retry"] = {"base_delay": 0.05, "max_delay": 0.5, "max_elapsed": 30}
     for key, value in changes.items():
         config[key] = deep_merge(config.get(key) or {}, value) if isinstance(value, dict) else value

@@ -40,6 +40,7 @@ def demo_config(sources: dict[str, str], target_host: str, output_dir: Path, cha
     production["source"] = {"registry": sources["hub"]}
     production["targets"] = [{"name": "demo-hangzhou", "registry": target_host, "namespace": "demo"}]
     production["output_dir"] = str(output_dir)
+    production["state_dir"] = str(output_dir.parent / "state")  # the run's lock files, beside its output
     production["registries"] = {host: {"plain_http": True} for host in [*sources.values(), target_host]}
     production["chart"] = {**production["chart"], "repository": f"{charts}/HAMi"}
     production["charts"] = [{**chart, "repository": f"{charts}/HAMi-WebUI"} for chart in production["charts"]]
