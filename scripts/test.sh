@@ -13,4 +13,4 @@ echo "== mypy"
 .venv/bin/mypy
 .venv/bin/mypy bench/run.py
 echo "== pytest"
-exec .venv/bin/pytest "$@"
+exec .venv/bin/pytest -n 2 "$@"

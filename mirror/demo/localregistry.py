@@ -42,6 +42,13 @@ def read_access_log(path: Path) -> list[AccessEntry]:
     ]
 
 
+PORT_TRIES = 5
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -116,7 +123,28 @@ def start_registry(
     Hub's CDN does; `htpasswd` turns on Basic auth; `auth` is a raw distribution auth section; `tls` is a
     (certificate, key) pair to serve HTTPS with."""
     workdir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
+    chosen = port
+    for _ in range(PORT_TRIES):
+        try:
+            return _start(
+                workdir, chosen or free_port(), image_manifests_only, redirect_to, htpasswd, auth, address, tls
+            )
+        except PortTaken:
+            if chosen:
+                raise
+    raise RuntimeError(f"docker-registry found no free port in {PORT_TRIES} tries")
+
+
+def _start(
+    workdir: Path,
+    port: int,
+    image_manifests_only: bool,
+    redirect_to: str | None,
+    htpasswd: Path | None,
+    auth: dict[str, Any] | None,
+    address: str,
+    tls: tuple[Path, Path] | None,
+) -> LocalRegistry:
     config: dict[str, Any] = {
         "version": 0.1,
         "log": {"level": "error", "accesslog": {"disabled": False}},
@@ -147,7 +175,10 @@ def _wait_ready(registry: LocalRegistry, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if registry.process.poll() is not None:
-            raise RuntimeError(f"docker-registry exited: {registry.log_path.read_text(errors='replace')[-2000:]}")
+            log = registry.log_path.read_text(errors="replace")[-2000:]
+            if "address already in use" in log:  # another process took the port between our pick and its bind
+                raise PortTaken(log)
+            raise RuntimeError(f"docker-registry exited: {log}")
         try:
             httpx.get(f"{registry.url}/v2/", timeout=1.0, verify=False)  # noqa: S501 - only: is it up?
             return

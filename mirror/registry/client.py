@@ -1,11 +1,12 @@
-"""One registry host over the OCI distribution API: manifests, blobs, uploads, mounts and tags."""
+"""One registry host over the OCI distribution API: manifests, blobs and tags here, uploads and mounts in
+`uploads.py`."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -24,35 +25,17 @@ from mirror.oci import (
 from mirror.reference import api_host, is_valid_digest
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.budget import PullBudget
-from mirror.registry.errors import IntegrityError, RegistryError, RegistryUnreachable, raise_for_response
+from mirror.registry.errors import IntegrityError, RegistryError, raise_for_response
 from mirror.registry.options import ClientOptions
 from mirror.registry.ratelimit import RateLimit, read_rate_limit
 from mirror.registry.redirects import Redirects
 from mirror.registry.transport import open_http_client
+from mirror.registry.uploads import BlobUploads
 
 log = logging.getLogger("mirror")
 
 MAX_TAG_PAGE_BYTES = 4 * 1024 * 1024
 MAX_TAG_PAGES = 1000
-CANCEL_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class UploadSession:
-    """Where to send the bytes of a started blob upload (absolute URL, query parameters kept)."""
-
-    url: httpx.URL
-
-
-def _range_end(value: str | None) -> int | None:
-    """`Range: 0-1023` -> 1024 bytes received. (A registry says `0-0` for both 0 and 1 byte: read as 0.)"""
-    if not value:
-        return None
-    _, _, end = value.partition("-")
-    if not end.strip().isdigit():
-        return None
-    last = int(end)
-    return 0 if last == 0 else last + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +44,14 @@ class BlobBody:
     start: int  # the offset of the first byte
 
 
-class RegistryClient:
+class RegistryClient(BlobUploads):
     """Registry I/O for one host. Every method names the repository it acts on; nothing is cached here but
     the anonymous tokens of the hosts it is redirected to (redirects.py)."""
 
     def __init__(
         self, host: str, http: httpx.AsyncClient, chunk_size: int = 1024 * 1024, budget: PullBudget | None = None
     ) -> None:
-        self.host = host
-        self.http = http
+        super().__init__(host, http)
         self.redirects = Redirects(http)
         self.chunk_size = chunk_size
         self.budget = budget or PullBudget(floor=0, max_wait=0, poll_interval=1)
@@ -97,16 +79,6 @@ class RegistryClient:
 
     async def aclose(self) -> None:
         await self.http.aclose()
-
-    def where(self, repository: str, ref: str = "") -> str:
-        sep = "@" if is_valid_digest(ref) else ":"
-        return f"{self.host}/{repository}" + (f"{sep}{ref}" if ref else "")
-
-    async def _send(self, action: str, where: str, method: str, url: str | httpx.URL, **kwargs: Any) -> httpx.Response:
-        try:
-            return await self.http.request(method, url, **kwargs)
-        except httpx.TransportError as exc:
-            raise RegistryUnreachable(action, where, exc) from exc
 
     async def _head(
         self, action: str, where: str, url: str, headers: dict[str, str] | None = None, any_location: bool = False
@@ -247,92 +219,6 @@ class RegistryClient:
         if len(data) != descriptor.size or sha256_digest(data) != descriptor.digest:
             raise IntegrityError(f"{where}: {len(data)} bytes that do not hash to the digest")
         return data
-
-    async def start_upload(
-        self, repository: str, mount_digest: str | None = None, mount_from: str | None = None
-    ) -> UploadSession | None:
-        """Start a blob upload. With a mount, None means the registry mounted the blob from `mount_from`
-        (201); otherwise (202) the returned session takes the bytes."""
-        where = self.where(repository)
-        params = {"mount": mount_digest, "from": mount_from} if mount_digest and mount_from else None
-        response = await self._send("start upload", where, "POST", f"/v2/{repository}/blobs/uploads/", params=params)
-        await raise_for_response(response, "start upload", where)
-        if response.status_code == 201 and params:
-            return None
-        location = response.headers.get("Location")
-        if not location:
-            raise RegistryError("start upload", where, response.status_code, "", "no Location in the answer")
-        return UploadSession(self.http.base_url.join(location))
-
-    async def finish_upload(
-        self,
-        repository: str,
-        session: UploadSession,
-        digest: str,
-        size: int,
-        body: bytes | AsyncIterable[bytes],
-    ) -> None:
-        """Send all the bytes in one PUT. Content-Length is always set: not every registry or proxy takes
-        chunked transfer encoding."""
-        where = self.where(repository, digest)
-        response = await self._send(
-            "upload blob",
-            where,
-            "PUT",
-            session.url.copy_merge_params({"digest": digest}),
-            content=body,
-            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
-        )
-        await raise_for_response(response, "upload blob", where)
-
-    async def upload_chunk(
-        self, repository: str, session: UploadSession, offset: int, size: int, body: AsyncIterable[bytes]
-    ) -> tuple[UploadSession, int]:
-        """PATCH `size` bytes at `offset`; returns the next session URL and the registry's new offset."""
-        where = self.where(repository)
-        response = await self._send(
-            "upload chunk",
-            where,
-            "PATCH",
-            session.url,
-            content=body,
-            headers={
-                "Content-Type": "application/octet-stream",
-                "Content-Length": str(size),
-                "Content-Range": f"{offset}-{offset + size - 1}",
-            },
-        )
-        await raise_for_response(response, "upload chunk", where)
-        next_session = self._next_session(session, response)
-        received = _range_end(response.headers.get("Range"))
-        return next_session, received if received is not None else offset + size
-
-    async def upload_status(self, repository: str, session: UploadSession) -> tuple[UploadSession, int] | None:
-        """How many bytes the upload session holds, or None when the registry no longer knows it."""
-        where = self.where(repository)
-        response = await self._send("check upload", where, "GET", session.url)
-        if response.status_code == 404:
-            return None
-        await raise_for_response(response, "check upload", where)
-        return self._next_session(session, response), _range_end(response.headers.get("Range")) or 0
-
-    async def cancel_upload(self, repository: str, session: UploadSession) -> bool:
-        """Abandon an upload session so the registry can drop what it holds (best effort: a registry may not
-        allow it, and the session may be gone already). True when the registry confirmed."""
-        try:
-            response = await self.http.request("DELETE", session.url, timeout=CANCEL_TIMEOUT)
-        except httpx.HTTPError:
-            return False
-        return response.status_code in (200, 202, 204)
-
-    def _next_session(self, session: UploadSession, response: httpx.Response) -> UploadSession:
-        location = response.headers.get("Location")
-        return UploadSession(self.http.base_url.join(location)) if location else session
-
-    async def push_blob(self, repository: str, digest: str, data: bytes) -> None:
-        session = await self.start_upload(repository)
-        assert session is not None
-        await self.finish_upload(repository, session, digest, len(data), data)
 
     async def _get_document(
         self, action: str, where: str, url: str | httpx.URL, limit: int, headers: dict[str, str] | None = None
