@@ -14,10 +14,11 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -176,6 +177,14 @@ def _plain_data(value: dict[str, Any]) -> dict[str, Any]:
                 "list or mapping"
             )
     return value
+
+
+# Values checked the same way wherever they appear
+FileName = Annotated[str, AfterValidator(_plain_file_name)]
+HelmRelease = Annotated[str, AfterValidator(_helm_release)]
+KubeNamespace = Annotated[str, AfterValidator(_kube_namespace)]
+ChartRepository = Annotated[str, AfterValidator(_chart_repository)]
+PlainData = Annotated[dict[str, Any], AfterValidator(_plain_data)]
 
 
 def _union_members(annotation: Any) -> tuple[Any, ...]:
@@ -445,34 +454,14 @@ class ImageSettings(_Model):
 class ValuesSettings(_Model):
     """The Helm values file written for each verified target."""
 
-    file_name: str = "hami-ack-values.yaml"
-    extra: dict[str, Any] = Field(default_factory=lambda: {"devicePlugin": {"nvidiaDriverRoot": "/"}})
-    release: str = "hami"
+    file_name: FileName = "hami-ack-values.yaml"
+    extra: PlainData = Field(default_factory=lambda: {"devicePlugin": {"nvidiaDriverRoot": "/"}})
+    release: HelmRelease = "hami"
     chart: str = "hami-charts/hami"  # the chart in the printed `helm install` line when no `chart:` is set
-    kube_namespace: str = "kube-system"
+    kube_namespace: KubeNamespace = "kube-system"
     # an image of the release that the values would leave on the source registry: refuse to write the
     # file (error), or write it with a warning naming each key (warn)
     unmirrored: Literal["error", "warn"] = "error"
-
-    @field_validator("file_name")
-    @classmethod
-    def _file_name(cls, value: str) -> str:
-        return _plain_file_name(value)
-
-    @field_validator("release")
-    @classmethod
-    def _release(cls, value: str) -> str:
-        return _helm_release(value)
-
-    @field_validator("kube_namespace")
-    @classmethod
-    def _kube_namespace(cls, value: str) -> str:
-        return _kube_namespace(value)
-
-    @field_validator("extra")
-    @classmethod
-    def _extra(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _plain_data(value)
 
 
 class TransferSettings(_Model):
@@ -493,7 +482,7 @@ class TransferSettings(_Model):
 class ChartSettings(_Model):
     """The release's Helm chart: where it is published, and how it decides what to mirror."""
 
-    repository: str = "https://project-hami.github.io/HAMi"  # a classic Helm repository, or oci://host/path
+    repository: ChartRepository = "https://project-hami.github.io/HAMi"  # a classic Helm repository, or oci://host/path
     name: str = "hami"
     release_repository: str = "projecthami/hami"  # the image whose tags are release versions (webhooks)
     kube_version: str = "1.32.0"  # the cluster's Kubernetes version: rendering, and kube-scheduler's tag
@@ -506,11 +495,6 @@ class ChartSettings(_Model):
     # second trip, or only those of subcharts that are on (enabled)
     subcharts: Literal["all", "enabled"] = "all"
     max_images: int = Field(default=200, ge=1, le=5000)  # image blocks one chart (with its subcharts) may bring
-
-    @field_validator("repository")
-    @classmethod
-    def _repository(cls, value: str) -> str:
-        return _chart_repository(value)
 
     @field_validator("name")
     @classmethod
@@ -534,39 +518,19 @@ class InstallChartSettings(_Model):
     """Another chart installed with the release (HAMi-WebUI): relocated with it, with its own values file,
     render proof, published chart and `helm install` line. Rendering and publishing follow `chart:`."""
 
-    repository: str  # a classic Helm repository, or oci://host/path
+    repository: ChartRepository  # a classic Helm repository, or oci://host/path
     name: str
     version: str = NEWEST  # a version (pinned), or newest: the repository's newest release, looked up each run
-    release: str | None = None  # the Helm release name; default: the chart's name
-    namespace: str | None = None  # the Kubernetes namespace; default: values.kube_namespace
-    file_name: str | None = None  # default: <name>-values.yaml
-    values: dict[str, Any] = Field(default_factory=dict)  # merged into the values written
+    release: HelmRelease | None = None  # the Helm release name; default: the chart's name
+    namespace: KubeNamespace | None = None  # the Kubernetes namespace; default: values.kube_namespace
+    file_name: FileName | None = None  # default: <name>-values.yaml
+    values: PlainData = Field(default_factory=dict)  # merged into the values written
     subcharts: Literal["all", "enabled"] = "all"
-
-    @field_validator("repository")
-    @classmethod
-    def _repository(cls, value: str) -> str:
-        return _chart_repository(value)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         return _plain_name(value) or value
-
-    @field_validator("release")
-    @classmethod
-    def _release(cls, value: str | None) -> str | None:
-        return None if value is None else _helm_release(value)
-
-    @field_validator("namespace")
-    @classmethod
-    def _namespace(cls, value: str | None) -> str | None:
-        return None if value is None else _kube_namespace(value)
-
-    @field_validator("values")
-    @classmethod
-    def _values(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _plain_data(value)
 
     @model_validator(mode="after")
     def _release_from_name(self) -> InstallChartSettings:
@@ -583,11 +547,6 @@ class InstallChartSettings(_Model):
         if value != NEWEST and not _CHART_VERSION.match(value):
             raise ValueError(f"{_shown(value)}: expected a chart version like 1.3.0, or {NEWEST}")
         return value
-
-    @field_validator("file_name")
-    @classmethod
-    def _file_name(cls, value: str | None) -> str | None:
-        return None if value is None else _plain_file_name(value)
 
     @property
     def values_file(self) -> str:
