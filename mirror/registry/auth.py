@@ -36,6 +36,14 @@ class _LeaderGone(Exception):
     """The request that was fetching a shared token was cancelled: a waiter fetches it itself."""
 
 
+async def _follow(waiter: asyncio.Future[Token]) -> Token | None:
+    """The token another request is fetching for the same scopes, or None when that request gave up."""
+    try:
+        return await asyncio.shield(waiter)
+    except _LeaderGone:
+        return None
+
+
 class RegistryAuth(httpx.Auth):
     """Authentication for one registry host. Requests to other hosts (a CDN, an upload host) pass untouched."""
 
@@ -88,11 +96,8 @@ class RegistryAuth(httpx.Auth):
                     fresh_scopes = key.scopes
                     waiter = self._pending.get(key)
                     if waiter is not None:
-                        try:
-                            token = await asyncio.shield(waiter)
-                        except _LeaderGone:
-                            continue
-                        break
+                        token = await _follow(waiter)  # None: its leader gave up; ask again
+                        continue
                     future = self._pending[key] = asyncio.get_running_loop().create_future()
                     future.add_done_callback(_retrieve)
                     try:
@@ -114,27 +119,42 @@ class RegistryAuth(httpx.Auth):
                         del self._pending[key]
                 request.headers["Authorization"] = f"Bearer {token.value}"
             elif self._basic:
-                credentials = await self.credentials()
-                if credentials is not None:
-                    request.headers["Authorization"] = credentials.basic_header()
+                await self._sign_basic(request)
             response = yield request
             if response.status_code != 401:
                 return
-            if not replayable(request):
-                # A streamed body cannot be sent again: forget the refused token, so the caller's retry
-                # (a new upload session) gets a fresh one, and let the 401 through.
-                if self._bearer is not None:
-                    self._tokens.drop(TokenKey(*self._bearer, merge_scopes(scopes)))
+            again = await self._after_refusal(request, response, scopes, fresh_scopes)
+            if again is None:
                 return
-            challenge = parse_challenge(response.headers.get("WWW-Authenticate", ""))
-            if challenge is None or not await self._learn(challenge, request, response):
-                return
-            if challenge.scheme == "bearer":
-                wanted = merge_scopes(scopes | challenge.scopes)
-                if fresh_scopes is not None and wanted == fresh_scopes:
-                    await self._deny(request, response)
-                scopes, force_fresh = wanted, True
+            if again[1]:  # a bearer challenge: a fresh token for these scopes
+                scopes, force_fresh = again[0], True
         await self._deny(request, None)
+
+    async def _sign_basic(self, request: httpx.Request) -> None:
+        credentials = await self.credentials()
+        if credentials is not None:
+            request.headers["Authorization"] = credentials.basic_header()
+
+    async def _after_refusal(
+        self, request: httpx.Request, response: httpx.Response, scopes: frozenset[str], fresh: frozenset[str] | None
+    ) -> tuple[frozenset[str], bool] | None:
+        """A 401: what to try again with (the scopes, and whether a fresh token is needed: a bearer challenge),
+        or None to let the 401 through. Refuses outright when a token just issued for those scopes was refused."""
+        if not replayable(request):
+            # A streamed body cannot be sent again: forget the refused token, so the caller's retry (a new
+            # upload session) gets a fresh one, and let the 401 through.
+            if self._bearer is not None:
+                self._tokens.drop(TokenKey(*self._bearer, merge_scopes(scopes)))
+            return None
+        challenge = parse_challenge(response.headers.get("WWW-Authenticate", ""))
+        if challenge is None or not await self._learn(challenge, request, response):
+            return None
+        if challenge.scheme != "bearer":
+            return scopes, False
+        wanted = merge_scopes(scopes | challenge.scopes)
+        if fresh is not None and wanted == fresh:
+            await self._deny(request, response)
+        return wanted, True
 
     async def _learn(self, challenge: Challenge, request: httpx.Request, response: httpx.Response) -> bool:
         """Take a challenge in; False when there is nothing we can answer it with."""
