@@ -6,6 +6,7 @@ import asyncio
 import http.server
 import json
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from mirror.cli import main
-from mirror.demo.localregistry import AccessEntry, LocalRegistry
+from mirror.demo.localregistry import AccessEntry, LocalRegistry, start_registry
 from mirror.demo.serving import serve
 from mirror.oci import MANIFEST_ACCEPT
 from mirror.registry import RegistryClient
@@ -237,3 +238,99 @@ def run_bounded(
         command, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=seconds
     )
     return BoundedRun(done.returncode, done.stdout, done.stderr)
+
+
+HOLD_SECONDS = 300.0  # a held answer goes on after this long even if never let go (a failed test's leftovers)
+
+
+@dataclass
+class HeldCdn:
+    """Serves a registry's blob storage (as `redirect_to`): the first `serve_first` distinct blobs asked for
+    at once, every other blob's GET held (its headers sent, no body) until `let_go()`."""
+
+    root: Path
+    serve_first: int
+    url: str = ""
+    served: set[str] = field(default_factory=set)  # the digests served at once
+    held: int = 0  # GETs waiting now
+    gate: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def let_go(self) -> None:
+        self.gate.set()
+
+    def admit(self, digest: str) -> bool:
+        """Whether this blob is served at once; else the caller holds it."""
+        with self.lock:
+            if self.gate.is_set() or digest in self.served or len(self.served) < self.serve_first:
+                self.served.add(digest)
+                return True
+            self.held += 1
+            return False
+
+    def release_one(self) -> None:
+        with self.lock:
+            self.held -= 1
+
+
+def blob_digest(storage_path: str) -> str:
+    """The digest of a distribution storage path (`.../blobs/sha256/ab/<hex>/data`)."""
+    parts = storage_path.split("?", 1)[0].rstrip("/").split("/")
+    return f"sha256:{parts[-2]}" if len(parts) >= 2 else storage_path
+
+
+@contextmanager
+def held_cdn(root: Path, serve_first: int) -> Iterator[HeldCdn]:
+    cdn = HeldCdn(root, serve_first)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_HEAD(self) -> None:
+            self._answer(body=False)
+
+        def do_GET(self) -> None:
+            self._answer(body=True)
+
+        def _answer(self, body: bool) -> None:
+            path = (cdn.root / self.path.split("?", 1)[0].lstrip("/")).resolve()
+            if not path.is_relative_to(cdn.root.resolve()) or not path.is_file():
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            data = path.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Type", "application/octet-stream")
+            self.end_headers()
+            if not body:
+                return
+            if not cdn.admit(blob_digest(self.path)):
+                try:
+                    cdn.gate.wait(HOLD_SECONDS)
+                finally:
+                    cdn.release_one()
+            try:
+                self.wfile.write(data)
+            except OSError:  # the reader was killed while it waited
+                self.close_connection = True
+
+    with http_server(Handler) as server:
+        cdn.url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            yield cdn
+        finally:
+            cdn.let_go()
+
+
+@contextmanager
+def held_source(workdir: Path, serve_first: int) -> Iterator[tuple[LocalRegistry, HeldCdn]]:
+    """A real registry whose blob bytes come from a `HeldCdn`."""
+    with held_cdn(workdir / "data", serve_first) as cdn:
+        source = start_registry(workdir, redirect_to=cdn.url)
+        try:
+            yield source, cdn
+        finally:
+            source.stop()

@@ -26,7 +26,7 @@ from mirror.engine.verify import verify_copy
 from mirror.oci import DOCKER_CONFIG, OCI_MANIFEST, Manifest
 from mirror.registry import RegistryClient
 from mirror.registry.options import ClientOptions
-from tests.support import CdnServer, cdn_server, manifest_digest, with_client, write_config
+from tests.support import CdnServer, HeldCdn, cdn_server, held_source, manifest_digest, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
 IMAGES = (("mirrored/hami", VERSION), ("mirrored/kube-webhook-certgen", "v1.1.1"))
@@ -123,10 +123,10 @@ def sigterm_mid_copy(config: Path, target: LocalRegistry) -> tuple[int, float, s
 
 
 def test_sigterm_lets_in_flight_uploads_finish_then_exits_143(tmp_path: Path) -> None:
-    with slow_copy(tmp_path, delay=0.5) as (source, target):
-        config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=10)
+    with slow_copy(tmp_path, delay=2.0) as (source, target):  # a blob takes 2 s: the copy is under way at SIGTERM
+        config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=30)
         code, seconds, err = sigterm_mid_copy(config, target)
-        assert code == 143 and seconds < 10
+        assert code == 143 and seconds < 30
         assert "stopped by SIGTERM" in err and "Traceback" not in err
         assert "upload abandoned" not in err  # the grace period was enough for what was in flight
         finished = [e for e in target.access_log() if e.method == "PUT" and "/blobs/uploads/" in e.path]
@@ -135,10 +135,10 @@ def test_sigterm_lets_in_flight_uploads_finish_then_exits_143(tmp_path: Path) ->
 
 
 def test_sigterm_abandons_uploads_after_the_grace_period(tmp_path: Path) -> None:
-    with slow_copy(tmp_path, delay=3.0) as (source, target):
+    with slow_copy(tmp_path, delay=20.0) as (source, target):
         config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=0.3)
         code, seconds, err = sigterm_mid_copy(config, target)
-        assert code == 143 and seconds < 2.5  # far less than the 3 s a blob takes
+        assert code == 143 and seconds < 10  # far less than the 20 s a blob takes
         assert "upload abandoned at shutdown" in err and "Traceback" not in err
         for repository, tag in IMAGES:
             assert manifest_digest(target, repository, tag) is None
@@ -167,30 +167,49 @@ def test_target_registry_killed_mid_copy_then_a_rerun_completes(tmp_path: Path) 
             target.stop()
 
 
+@contextmanager
+def held_copy(tmp_path: Path) -> Iterator[tuple[LocalRegistry, LocalRegistry, HeldCdn]]:
+    """A seeded source whose blob bytes are held after the first until `let_go()`, and an empty target: a
+    copy that stays under way for as long as a test needs, however loaded the machine."""
+    with held_source(tmp_path / "source", serve_first=1) as (source, cdn):
+        target = start_registry(tmp_path / "target")
+        try:
+            seed_release(source)
+            yield source, target, cdn
+        finally:
+            target.stop()
+
+
 def test_two_syncs_of_one_target_take_turns(tmp_path: Path) -> None:
-    with slow_copy(tmp_path, delay=0.3) as (source, target):
+    with held_copy(tmp_path) as (source, target, cdn):
         config = write_config(tmp_path / "mirror.yaml", source, [target], lock_dir=str(tmp_path / "locks"))
         first = spawn(config)
-        wait_for(lambda: first_upload_started(target))
-        second = spawn(config, "--json")
-        _, first_err = first.communicate(timeout=60)
-        second_out, second_err = second.communicate(timeout=60)
+        wait_for(lambda: cdn.held > 0, seconds=60)  # the first holds the target's lock, mid-copy
+        second_err_path = tmp_path / "second.err"
+        with second_err_path.open("w") as second_err_file:
+            second = subprocess.Popen(
+                mirror_command(config, "--json"), stdout=subprocess.PIPE, stderr=second_err_file, text=True
+            )
+            wait_for(lambda: "waiting for another mirror sync of the same target" in second_err_path.read_text(), 60)
+            cdn.let_go()
+            _, first_err = first.communicate(timeout=60)
+            second_out, _ = second.communicate(timeout=60)
         assert first.returncode == 0, first_err
-        assert second.returncode == 0, second_err
-        assert "waiting for another mirror sync of the same target" in second_err
-        # the second run started after the first had finished: everything was already there
+        assert second.returncode == 0, second_err_path.read_text()
+        # the second run went on once the first had finished: everything was already there
         actions = [t["action"] for i in yaml.safe_load(second_out)["images"] for t in i["targets"]]
         assert actions == ["up-to-date", "up-to-date"]
 
 
 def test_a_sync_waiting_too_long_for_the_lock_gives_up(tmp_path: Path) -> None:
-    with slow_copy(tmp_path, delay=1.0) as (source, target):
+    with held_copy(tmp_path) as (source, target, cdn):
         locks = str(tmp_path / "locks")
         slow = write_config(tmp_path / "slow.yaml", source, [target], lock_dir=locks)
         impatient = write_config(tmp_path / "impatient.yaml", source, [target], lock_dir=locks, lock_timeout=0.5)
         first = spawn(slow)
-        wait_for(lambda: first_upload_started(target))
-        second = subprocess.run(mirror_command(impatient), capture_output=True, text=True, timeout=30)
+        wait_for(lambda: cdn.held > 0, seconds=60)  # held mid-copy until the impatient run has given up
+        second = subprocess.run(mirror_command(impatient), capture_output=True, text=True, timeout=60)
+        cdn.let_go()
         assert second.returncode == 1
         assert "another mirror sync holds" in second.stderr
         assert first.wait(timeout=60) == 0

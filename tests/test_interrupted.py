@@ -7,117 +7,16 @@ the target and no other upload can complete."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mirror.demo.localregistry import LocalRegistry, start_registry
-from tests.support import blob_exists, http_server, manifest_digest, requests_since, write_config
+from tests.support import blob_exists, held_source, manifest_digest, requests_since, write_config
 from tests.test_crash import wait_for
 from tests.test_sync import VERSION, seed_release
-
-HOLD_SECONDS = 300.0  # a held answer goes on after this long even if never let go (a failed test's leftovers)
-
-
-@dataclass
-class HeldCdn:
-    """Serves a registry's blob storage (as `redirect_to`): the first `serve_first` distinct blobs asked for
-    at once, every other blob's GET held (its headers sent, no body) until `let_go()`."""
-
-    root: Path
-    serve_first: int
-    url: str = ""
-    served: set[str] = field(default_factory=set)  # the digests served at once
-    held: int = 0  # GETs waiting now
-    gate: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def let_go(self) -> None:
-        self.gate.set()
-
-    def admit(self, digest: str) -> bool:
-        """Whether this blob is served at once; else the caller holds it."""
-        with self.lock:
-            if self.gate.is_set() or digest in self.served or len(self.served) < self.serve_first:
-                self.served.add(digest)
-                return True
-            self.held += 1
-            return False
-
-    def release_one(self) -> None:
-        with self.lock:
-            self.held -= 1
-
-
-def blob_digest(storage_path: str) -> str:
-    """The digest of a distribution storage path (`.../blobs/sha256/ab/<hex>/data`)."""
-    parts = storage_path.split("?", 1)[0].rstrip("/").split("/")
-    return f"sha256:{parts[-2]}" if len(parts) >= 2 else storage_path
-
-
-@contextmanager
-def held_cdn(root: Path, serve_first: int) -> Iterator[HeldCdn]:
-    cdn = HeldCdn(root, serve_first)
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_HEAD(self) -> None:
-            self._answer(body=False)
-
-        def do_GET(self) -> None:
-            self._answer(body=True)
-
-        def _answer(self, body: bool) -> None:
-            path = (cdn.root / self.path.split("?", 1)[0].lstrip("/")).resolve()
-            if not path.is_relative_to(cdn.root.resolve()) or not path.is_file():
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            data = path.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Content-Type", "application/octet-stream")
-            self.end_headers()
-            if not body:
-                return
-            if not cdn.admit(blob_digest(self.path)):
-                try:
-                    cdn.gate.wait(HOLD_SECONDS)
-                finally:
-                    cdn.release_one()
-            try:
-                self.wfile.write(data)
-            except OSError:  # the reader was killed while it waited
-                self.close_connection = True
-
-    with http_server(Handler) as server:
-        cdn.url = f"http://127.0.0.1:{server.server_address[1]}"
-        try:
-            yield cdn
-        finally:
-            cdn.let_go()
-
-
-@contextmanager
-def held_source(workdir: Path, serve_first: int) -> Iterator[tuple[LocalRegistry, HeldCdn]]:
-    """A real registry whose blob bytes come from a `HeldCdn`."""
-    with held_cdn(workdir / "data", serve_first) as cdn:
-        source = start_registry(workdir, redirect_to=cdn.url)
-        try:
-            yield source, cdn
-        finally:
-            source.stop()
 
 
 def test_sigkill_mid_copy_leaves_no_tag_and_the_rerun_completes(tmp_path: Path) -> None:
