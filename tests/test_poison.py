@@ -28,9 +28,8 @@ from mirror.demo.localregistry import LocalRegistry, free_port, start_registry
 from mirror.demo.sample import push_multiarch
 from mirror.service.store import JobStore
 from mirror.settings import ConfigError, load_settings
-from tests.support import http_server, manifest_digest, with_client
+from tests.support import blob_digest, http_server, manifest_digest, with_client
 from tests.test_crash import wait_for
-from tests.test_interrupted import blob_digest
 from tests.test_service import Service, service_config
 from tests.test_sync import VERSION, seed_release
 

@@ -25,9 +25,8 @@ from mirror.demo.localregistry import LocalRegistry, free_port
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
 from mirror.service.store import JobStore
-from tests.support import manifest_bytes, manifest_digest, with_client, write_config
+from tests.support import held_source, manifest_bytes, manifest_digest, with_client, write_config
 from tests.test_crash import wait_for
-from tests.test_interrupted import held_source
 from tests.test_service import Service, service_config
 from tests.test_sync import VERSION, seed_release
 

@@ -26,8 +26,7 @@ from mirror.engine.discover import select_versions
 from mirror.oci import Manifest
 from mirror.settings import DiscoverySettings
 from tests.faultproxy import Fault, fault_proxy
-from tests.support import beyond_heads, manifest_bytes, manifest_digest, with_client, write_config
-from tests.test_interrupted import held_source
+from tests.support import beyond_heads, held_source, manifest_bytes, manifest_digest, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
 SECRET = "webhook-shared-secret-0123"
