@@ -146,6 +146,23 @@ def write_config(
     return path
 
 
+def answer_with_stored_file(handler: http.server.BaseHTTPRequestHandler, root: Path) -> bytes | None:
+    """Answer with the headers of the file under `root` the request's path names (a registry's blob storage,
+    as a CDN serves it), and return its bytes for the body; or answer 404 and return None."""
+    path = (root / handler.path.split("?", 1)[0].lstrip("/")).resolve()
+    if not path.is_relative_to(root.resolve()) or not path.is_file():
+        handler.send_response(404)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return None
+    data = path.read_bytes()
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.send_header("Content-Type", "application/octet-stream")
+    handler.end_headers()
+    return data
+
+
 @dataclass
 class CdnServer:
     """Serves a registry's storage directory the way Docker Hub's CDN serves redirected blob GETs, and
@@ -177,18 +194,8 @@ def cdn_server(
             cdn.requests += 1
             if "Authorization" in self.headers:
                 cdn.seen_authorization.append(self.path)
-            path = (cdn.root / self.path.split("?", 1)[0].lstrip("/")).resolve()
-            if not path.is_relative_to(cdn.root.resolve()) or not path.is_file():
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            data = path.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Content-Type", "application/octet-stream")
-            self.end_headers()
-            if not body:
+            data = answer_with_stored_file(self, cdn.root)
+            if data is None or not body:
                 return
             step = max(1, len(data) // 10)
             for start in range(0, len(data), step):
@@ -294,18 +301,8 @@ def held_cdn(root: Path, serve_first: int) -> Iterator[HeldCdn]:
             self._answer(body=True)
 
         def _answer(self, body: bool) -> None:
-            path = (cdn.root / self.path.split("?", 1)[0].lstrip("/")).resolve()
-            if not path.is_relative_to(cdn.root.resolve()) or not path.is_file():
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            data = path.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Content-Type", "application/octet-stream")
-            self.end_headers()
-            if not body:
+            data = answer_with_stored_file(self, cdn.root)
+            if data is None or not body:
                 return
             if not cdn.admit(blob_digest(self.path)):
                 try:

@@ -28,7 +28,7 @@ from mirror.demo.localregistry import LocalRegistry, free_port, start_registry
 from mirror.demo.sample import push_multiarch
 from mirror.service.store import JobStore
 from mirror.settings import ConfigError, load_settings
-from tests.support import blob_digest, http_server, manifest_digest, with_client
+from tests.support import answer_with_stored_file, blob_digest, http_server, manifest_digest, with_client
 from tests.test_crash import wait_for
 from tests.test_service import Service, service_config
 from tests.test_sync import VERSION, seed_release
@@ -121,17 +121,8 @@ def killing_cdn(root: Path, trap: set[str], replicas: list[Service]) -> Iterator
             self._answer(body=True)
 
         def _answer(self, body: bool) -> None:
-            path = (cdn.root / self.path.split("?", 1)[0].lstrip("/")).resolve()
-            if not path.is_relative_to(cdn.root.resolve()) or not path.is_file():
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            data = path.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if body:
+            data = answer_with_stored_file(self, cdn.root)
+            if data is not None and body:
                 self.wfile.write(data)
 
     with http_server(Handler) as server:
