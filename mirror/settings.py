@@ -113,8 +113,13 @@ def _chart_repository(value: str) -> str:
     return value.rstrip("/")
 
 
+def _is_label(value: str, limit: int) -> bool:
+    """A DNS-1123 label of at most `limit` characters, as Helm names releases and Kubernetes namespaces."""
+    return len(value) <= limit and _DNS_LABEL.match(value) is not None
+
+
 def _helm_release(value: str) -> str:
-    if len(value) > HELM_RELEASE_MAX or not _DNS_LABEL.match(value):
+    if not _is_label(value, HELM_RELEASE_MAX):
         raise ValueError(
             f"{_shown(value)} is not a Helm release name: lower-case letters, digits and '-', starting and ending with "
             f"a letter or digit, at most {HELM_RELEASE_MAX} characters"
@@ -123,7 +128,7 @@ def _helm_release(value: str) -> str:
 
 
 def _kube_namespace(value: str) -> str:
-    if len(value) > KUBE_LABEL_MAX or not _DNS_LABEL.match(value):
+    if not _is_label(value, KUBE_LABEL_MAX):
         raise ValueError(
             f"{_shown(value)} is not a Kubernetes namespace: lower-case letters, digits and '-', starting and ending "
             f"with a letter or digit, at most {KUBE_LABEL_MAX} characters"
@@ -534,7 +539,7 @@ class InstallChartSettings(_Model):
 
     @model_validator(mode="after")
     def _release_from_name(self) -> InstallChartSettings:
-        if self.release is None and (len(self.name) > HELM_RELEASE_MAX or not _DNS_LABEL.match(self.name)):
+        if self.release is None and not _is_label(self.name, HELM_RELEASE_MAX):
             raise ValueError(
                 f"release: defaults to the chart's name {_shown(self.name)}, which is not a Helm release name; "
                 "set release:"
