@@ -118,10 +118,19 @@ def test_a_signed_image_arrives_with_everything_that_refers_to_it(
     assert manifest_bytes(target, "mirrored/hami", index_tag) == manifest_bytes(source, "projecthami/hami", index_tag)
     assert manifest_digest(target, "mirrored/hami", VERSION) == signed.subject  # what the signatures name
 
-    # a re-run: everything is there; the source gets HEADs and the one listing, nothing is copied again, and
-    # the fallback index (a counted pull at Docker Hub) is read by its digest from the target's copy of it
+    # a re-run: everything is there, nothing is copied again, and the source gets HEADs only: it was found to
+    # lack the referrers API (kept under state_dir for a day), and the fallback index is known by its digest
     mark, target_mark = len(source.access_log()), len(target.access_log())
     code, report, err = sync_json(write_config(tmp_path / "mirror.yaml", source, [target]), capsys, VERSION)
+    assert code == 0, err
+    assert [(e.method, e.path) for e in requests_since(source, mark) if e.method != "HEAD"] == []
+    assert not writes(requests_since(target, target_mark))
+
+    # with an empty state_dir (a CronJob on an emptyDir), the source is asked for the listing once, and the
+    # fallback index (a counted pull at Docker Hub) is read by its digest from the target's copy of it
+    mark, target_mark = len(source.access_log()), len(target.access_log())
+    fresh = write_config(tmp_path / "mirror.yaml", source, [target], state_dir=str(tmp_path / "fresh"))
+    code, report, err = sync_json(fresh, capsys, VERSION)
     assert code == 0, err
     others = [(e.method, e.path) for e in requests_since(source, mark) if e.method != "HEAD"]
     hami_listings = [p for _, p in others if p.startswith("/v2/projecthami/hami/")]

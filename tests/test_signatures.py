@@ -113,14 +113,13 @@ def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_ver
     _, statement = verifier.verify_dsse(Bundle.from_json(raw), Identity(identity=HAMI_IDENTITY, issuer=GITHUB_ISSUER))
     assert json.loads(statement)["subject"][0]["digest"]["sha256"] == subject["digest"].removeprefix("sha256:")
 
-    # a re-run checks the copy the target holds: the source gets HEADs and the one referrers listing, no more
-    # (the fallback index is read by its digest from the target, which holds the same bytes)
+    # a re-run checks the copy the target holds: the source gets HEADs only (it lacks the referrers API, as the
+    # first run found, and the fallback index is known by its digest)
     mark = len(source.access_log())
     code, report, err = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code == 0, err
     assert image(report, "hami")["signature"]["via"] == "referrers at t0"
-    gets = [e.path for e in requests_since(source, mark) if e.method != "HEAD" and "/projecthami/hami/" in e.path]
-    assert gets == [f"/v2/projecthami/hami/referrers/{subject['digest']}"]
+    assert [e.path for e in requests_since(source, mark) if e.method != "HEAD"] == []
     assert main(["sync", VERSION, "--config", str(config(tmp_path, source, target))]) == 0
     assert f"signature: signed by {HAMI_IDENTITY} (referrers at t0)" in capsys.readouterr().out
 

@@ -132,12 +132,10 @@ def test_rerun_sends_only_heads_to_the_source(tmp_path: Path, source: LocalRegis
     assert main(["sync", VERSION, "--config", str(config)]) == 0
 
     source_requests = requests_since(source, source_mark)
-    # per image: the tag's HEAD, the one referrers listing (this registry has no API: 404), and HEADs of
-    # the referrers' tags (the fallback index and cosign's .sig/.att/.sbom) for the index and each child:
-    # no GET of anything that exists
-    listings = sorted(r.path for r in source_requests if r.method != "HEAD")
-    assert [p.split("/referrers/")[0] for p in listings] == ["/v2/liangjw/kube-webhook-certgen", "/v2/projecthami/hami"]
-    assert all(r.status == 404 for r in source_requests if r.method != "HEAD")
+    # per image: the tag's HEAD and HEADs of the referrers' tags (the fallback index and cosign's
+    # .sig/.att/.sbom) for the index and each child; the referrers listing is not asked again (this registry
+    # lacks the API, as the first run found): no GET at all
+    assert [r.path for r in source_requests if r.method != "HEAD"] == []
     tags = sorted(r.path.rsplit("/", 1)[1] for r in source_requests if r.method == "HEAD")
     assert "v1.1.1" in tags and "v2.10.0" in tags
     referrer_tags = [t for t in tags if not t.startswith("v")]

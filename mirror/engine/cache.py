@@ -13,6 +13,7 @@ from mirror.engine.fanout import Spool
 from mirror.engine.jobs import ImageJob, TargetRef
 from mirror.engine.referrers import Found, look_up_referrers, read_fallback
 from mirror.engine.shutdown import Shutdown
+from mirror.engine.statecache import ManifestCache, RegistryNotes
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
 from mirror.oci import Descriptor
@@ -39,6 +40,8 @@ class RunCache:
         self._referrers: dict[ReferrerKey, asyncio.Task[Found]] = {}
         self._referrer_heads: dict[ReferrerKey, asyncio.Task[Found]] = {}
         self._anonymous: dict[str, RegistryClient] = {}
+        self.manifests = ManifestCache(settings.state_dir)
+        self.notes = RegistryNotes(settings.state_dir)
 
     def blobs_at(self, host: str, repositories: frozenset[str]) -> TargetBlobs:
         """What the run knows a target registry holds, and its one transfer per blob."""
@@ -67,7 +70,9 @@ class RunCache:
         if task is None:
             source = self.clients[job.source.registry]
             concurrency = self.settings.transfer.manifest_concurrency
-            task = self._trees[digest] = asyncio.ensure_future(load_tree(source, job.source.name, digest, concurrency))
+            task = self._trees[digest] = asyncio.ensure_future(
+                load_tree(source, job.source.name, digest, concurrency, self.manifests)
+            )
         return task
 
     def target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
@@ -83,12 +88,18 @@ class RunCache:
         key = (job.source.registry, job.source.name, digest)
         task = self._referrer_heads.get(key)
         if task is None:
-            source = self.clients[job.source.registry]
-            task = self._referrer_heads[key] = asyncio.ensure_future(
-                look_up_referrers(source, job.source.name, digest, api)
-            )
+            task = self._referrer_heads[key] = asyncio.ensure_future(self._looked_up(job, digest, api))
             _dropped_unless_read(task)
         return task
+
+    async def _looked_up(self, job: ImageJob, digest: str, api: bool) -> Found:
+        """The look-up, without the referrers API where the source lacked it within the last day."""
+        host = job.source.registry
+        asked = api and not self.notes.lacks_referrers_api(host)
+        found = await look_up_referrers(self.clients[host], job.source.name, digest, asked)
+        if asked:
+            self.notes.note_referrers_api(host, found.api)
+        return found
 
     def referrers_of(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
         """What refers to a source digest, listed in full, once per run for the gate and every target. `api`:
@@ -105,7 +116,7 @@ class RunCache:
         (an earlier run's copy) where one does, so a re-run sends the source no GET for it."""
         heads = await asyncio.shield(self.look_up_referrers(job, digest, api))
         copies = [(self.clients[ref.repository.registry], ref.repository.name) for ref in job.targets]
-        return await read_fallback(heads, self.clients[job.source.registry], job.source.name, copies)
+        return await read_fallback(heads, self.clients[job.source.registry], job.source.name, copies, self.manifests)
 
     def anonymous_client(self, host: str) -> RegistryClient:
         client = self._anonymous.get(host)
@@ -125,4 +136,5 @@ class RunCache:
     async def aclose(self) -> None:
         self.cancel_pending()
         await self.spool.aclose()
+        self.notes.save()
         await asyncio.gather(*(client.aclose() for client in self._anonymous.values()))

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mirror.acr import refuses_manifest_class
 from mirror.engine.blobs import TargetBlobs
+from mirror.engine.statecache import ManifestCache
 from mirror.engine.tasks import gather_or_raise
-from mirror.engine.tree import load_tree
-from mirror.engine.upload import RegistryOrigin
+from mirror.engine.tree import ManifestTree
+from mirror.engine.upload import BlobOrigin
 from mirror.oci import OCI_INDEX, Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 
@@ -115,14 +116,22 @@ async def look_up_referrers(source: RegistryClient, repository: str, digest: str
 
 
 async def read_fallback(
-    found: Found, source: RegistryClient, repository: str, copies: Sequence[tuple[RegistryClient, str]] = ()
+    found: Found,
+    source: RegistryClient,
+    repository: str,
+    copies: Sequence[tuple[RegistryClient, str]] = (),
+    known: ManifestCache | None = None,
 ) -> Found:
-    """The fallback index's listing added: read by its digest from a copy that holds those exact bytes (a
-    target of an earlier run), else from the source, where a manifest GET is a counted pull."""
+    """The fallback index's listing added: its bytes as an earlier run kept them, else read by its digest from a
+    copy that holds those exact bytes (a target of an earlier run), else from the source, where a manifest GET
+    is a counted pull."""
     if found.unread_fallback is None:
         return found
     digest = found.unread_fallback.digest
-    fallback = await _held_copy(copies, digest) or await source.get_manifest(repository, digest)
+    fallback = known.get(digest) if known is not None else None
+    fallback = fallback or await _held_copy(copies, digest) or await source.get_manifest(repository, digest)
+    if known is not None:
+        known.put(fallback)
     entries = [e for e in index_entries(fallback) if e.get("digest")]
     listed = tuple(Referrer(str(e["digest"]), kind_of(e), "referrers", e, found.subject) for e in entries)
     return Found(listed + found.referrers, fallback, found.api, None, found.subject)
@@ -142,9 +151,17 @@ async def _none() -> None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class ArtifactSource:
+    """Where the artifacts are read from: each tree once per run however many targets want it (the run's
+    memoised trees), its blobs through the run's origin (the spool, when several targets share them)."""
+
+    tree: Callable[[str], Awaitable[ManifestTree]]
+    origin: BlobOrigin
+
+
 async def carry_referrers(
-    source: RegistryClient,
-    source_repository: str,
+    source: ArtifactSource,
     target: RegistryClient,
     target_repository: str,
     blobs: TargetBlobs,
@@ -152,11 +169,11 @@ async def carry_referrers(
     found: Found,
     attestations: str,
 ) -> Carried:
-    """Copy everything `find_referrers` found for `digest` from the source repository to the target one."""
+    """Copy everything `find_referrers` found for `digest` from the source to the target repository."""
     report = Carried()
     carried: list[Referrer] = []
     reasons = await asyncio.gather(
-        *(_copy_artifact(source, source_repository, target, target_repository, blobs, r) for r in found.referrers)
+        *(_copy_artifact(source, target, target_repository, blobs, r) for r in found.referrers)
     )
     for referrer, reason in zip(found.referrers, reasons, strict=True):
         if reason is None:
@@ -179,21 +196,15 @@ async def carry_referrers(
 
 
 async def _copy_artifact(
-    source: RegistryClient,
-    source_repository: str,
-    target: RegistryClient,
-    target_repository: str,
-    blobs: TargetBlobs,
-    referrer: Referrer,
+    source: ArtifactSource, target: RegistryClient, target_repository: str, blobs: TargetBlobs, referrer: Referrer
 ) -> str | None:
     """Copy one artifact (by digest, then its older tag, if any). None when it is there; else why not."""
     tag = None if referrer.via == "referrers" else referrer.via
     present = await target.head_manifest(target_repository, tag or referrer.digest)
     if present is not None and present.digest == referrer.digest:
         return None
-    tree = await load_tree(source, source_repository, referrer.digest)
-    origin = RegistryOrigin(source, source_repository)
-    await gather_or_raise(blobs.ensure(target_repository, blob, origin) for blob in tree.blobs())
+    tree = await source.tree(referrer.digest)
+    await gather_or_raise(blobs.ensure(target_repository, blob, source.origin) for blob in tree.blobs())
     try:
         for manifest in tree.manifests():
             await target.put_manifest(target_repository, manifest.digest, manifest)

@@ -31,7 +31,9 @@ from mirror.engine.outcomes import (
 )
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import source_digest_of
-from mirror.engine.referrers import Carried, Found, carry_referrers
+from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referrers
+from mirror.engine.statecache import ManifestCache
+from mirror.engine.tree import manifest_by_digest
 from mirror.engine.verify import Verification, verify_copy
 from mirror.errors import Kind, MirrorError
 from mirror.oci import INDEX_TYPES, Descriptor
@@ -73,10 +75,14 @@ class TargetStages:
         self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: asyncio.Task[Descriptor | None]
     ) -> TargetResult:
         """Every stage for one target. Whether a node can pull the tag anonymously is asked alongside the
-        decision (one round trip saved when nothing needs copying) and again after a copy."""
-        pullable = asyncio.ensure_future(self._pullable(ref, job.tag))
+        decision, or known from it without a request (`_pull_check`), and asked again after a copy."""
         try:
-            reached = await self._reach(job, ref, resolved, current)
+            tag = await current
+        except MirrorError as exc:
+            return self._failed(job, ref, f"{ref.repository}:{job.tag}", exc)
+        pullable = self._pull_check(ref, job.tag, found=tag is not None)
+        try:
+            reached = await self._reach(job, ref, resolved, tag)
         except MirrorError as exc:
             pullable.cancel()
             return self._failed(job, ref, f"{ref.repository}:{job.tag}", exc)
@@ -87,7 +93,7 @@ class TargetStages:
             return TargetResult(ref.name, reference, reached.outcome)
         if reached.job.tag != job.tag or isinstance(reached.outcome, Copied):
             pullable.cancel()
-            pullable = asyncio.ensure_future(self._pullable(ref, reached.job.tag))
+            pullable = self._pull_check(ref, reached.job.tag, found=True)  # the verification found it
         try:
             anonymous_pull = await pullable  # the values' pull secret depends on it, every run
             carried = await self._carry(reached.job, ref, resolved, reached.outcome, reached.children)
@@ -105,17 +111,15 @@ class TargetStages:
         if isinstance(outcome, (Drift, Refused, Failed)):
             self.progress.event(f"{job.image.name}:{job.tag} -> {ref.name}: FAILED: {outcome.reason}")
 
-    async def _reach(
-        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: asyncio.Task[Descriptor | None]
-    ) -> Reached:
+    async def _reach(self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: Descriptor | None) -> Reached:
         label = f"{job.image.name}:{job.tag} -> {ref.name}"
-        decision = await self.decide(job, ref, resolved, await current, label)
+        decision = await self.decide(job, ref, resolved, current, label)
         match decision:
             case Drifted() if job.digest and not job.tag.startswith(PINNED_TAG_PREFIX):
                 # nodes pull a pinned copy by digest: the chart's tag, moved upstream, need not stop it
                 pinned = replace(job, tag=pinned_tag(job.digest))
                 self.progress.event(f"{label}: the tag holds another digest; the pinned copy goes to {pinned.tag}")
-                return await self._reach(pinned, ref, resolved, self.cache.target_tag(pinned, ref))
+                return await self._reach(pinned, ref, resolved, await self.cache.target_tag(pinned, ref))
             case Drifted(reason=reason):
                 return Reached(job, Drift(reason))
             case Current(digest=digest, children=children):
@@ -134,7 +138,7 @@ class TargetStages:
         if current is None:
             return Missing()
         client, repository = self.cache.clients[ref.repository.registry], ref.repository.name
-        expected = await _expected_digest(client, repository, current.digest, resolved.digest)
+        expected = await _expected_digest(client, repository, current.digest, resolved.digest, self.cache.manifests)
         if current.digest == expected and self.options.trust_matching_tags:
             return Current(expected)
         if current.digest == expected:
@@ -226,13 +230,15 @@ class TargetStages:
         target = self.cache.clients[ref.repository.registry]
         root = await asyncio.shield(self.cache.referrers_of(job, resolved.digest))
         if children is None:
-            children = await _children_at(target, ref.repository.name, resolved)
+            children = await _children_at(target, ref.repository.name, resolved, self.cache.manifests)
         found = [root, *await asyncio.gather(*(self._shielded_referrers(job, c, root.api) for c in children))]
-        source = self.cache.clients[job.source.registry]
+        source = ArtifactSource(
+            lambda digest: asyncio.shield(self.cache.source_tree(job, digest)), self.cache.origin_for(job)
+        )
         blobs, attestations = self.cache.blobs[ref.repository.registry], ref.target.attestations
         parts = await asyncio.gather(
             *(
-                carry_referrers(source, job.source.name, target, ref.repository.name, blobs, digest, each, attestations)
+                carry_referrers(source, target, ref.repository.name, blobs, digest, each, attestations)
                 for digest, each in zip([resolved.digest, *children], found, strict=True)
             )
         )
@@ -249,10 +255,18 @@ class TargetStages:
     async def _shielded_referrers(self, job: ImageJob, digest: str, api: bool) -> Found:
         return await asyncio.shield(self.cache.referrers_of(job, digest, api))
 
+    def _pull_check(self, ref: TargetRef, tag: str, found: bool) -> asyncio.Future[bool]:
+        """Can a node without credentials pull the tag? Decides whether the values need a pull secret. Where
+        the registry has never asked this run for credentials, the run's own look at the tag (`found`) went
+        without them and is the answer; otherwise an anonymous client asks."""
+        host = ref.repository.registry
+        if acr.allows_anonymous_pull(host) is False or self.cache.clients[host].answers_anyone:
+            known = asyncio.get_running_loop().create_future()
+            known.set_result(found and acr.allows_anonymous_pull(host) is not False)
+            return known
+        return asyncio.ensure_future(self._pullable(ref, tag))
+
     async def _pullable(self, ref: TargetRef, tag: str) -> bool:
-        """Can a node without credentials pull the copy? Decides whether the values need a pull secret."""
-        if acr.allows_anonymous_pull(ref.repository.registry) is False:
-            return False
         client = self.cache.anonymous_client(ref.repository.registry)
         try:
             return await client.head_manifest(ref.repository.name, tag) is not None
@@ -270,8 +284,9 @@ class TargetStages:
         tag_only: bool = False,
     ) -> Verification:
         concurrency = self.settings.transfer.manifest_concurrency
+        known = self.cache.manifests
         return await verify_copy(
-            client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only
+            client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only, known
         )
 
 
@@ -279,17 +294,21 @@ def _children(stats: CopyStats) -> tuple[str, ...]:
     return tuple(d.digest for d in stats.root.manifests)
 
 
-async def _expected_digest(client: RegistryClient, repository: str, current: str, source: str) -> str:
+async def _expected_digest(
+    client: RegistryClient, repository: str, current: str, source: str, known: ManifestCache
+) -> str:
     """What the target tag should point at: the source digest, or a rewrite of it made by this tool (recorded in
     the rewritten index's annotations, read from the target: no source pull)."""
     if current == source:
         return source
-    manifest = await client.get_manifest(repository, current)
+    manifest = await manifest_by_digest(client, repository, current, known)
     return current if source_digest_of(manifest) == source else source
 
 
-async def _children_at(target: RegistryClient, repository: str, resolved: Descriptor) -> tuple[str, ...]:
+async def _children_at(
+    target: RegistryClient, repository: str, resolved: Descriptor, known: ManifestCache
+) -> tuple[str, ...]:
     """The child digests of an index, read from the target's verified copy (the source gets no GET)."""
     if resolved.media_type not in INDEX_TYPES:
         return ()
-    return tuple(d.digest for d in (await target.get_manifest(repository, resolved.digest)).manifests)
+    return tuple(d.digest for d in (await manifest_by_digest(target, repository, resolved.digest, known)).manifests)

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mirror.engine.statecache import ManifestCache
 from mirror.oci import Descriptor, Manifest, ManifestError
 from mirror.registry import RegistryClient
 
@@ -46,19 +47,35 @@ class ManifestTree:
         return ManifestTree(self.root, tuple(children))
 
 
-async def load_tree(client: RegistryClient, repository: str, digest: str, concurrency: int = 8) -> ManifestTree:
-    """Fetch the manifest `digest` and, for an index, each child by digest (each checked against its digest)."""
-    root = await client.get_manifest(repository, digest)
+async def load_tree(
+    client: RegistryClient, repository: str, digest: str, concurrency: int = 8, known: ManifestCache | None = None
+) -> ManifestTree:
+    """The manifest `digest` and, for an index, each child by digest (each checked against its digest): from
+    `known` where an earlier run kept it, else fetched (and kept)."""
+    root = await manifest_by_digest(client, repository, digest, known)
     if not root.is_index:
         return ManifestTree(root, ())
     limit = asyncio.Semaphore(concurrency)
 
     async def fetch(child: Descriptor) -> Manifest:
         async with limit:
-            manifest = await client.get_manifest(repository, child.digest)
+            manifest = await manifest_by_digest(client, repository, child.digest, known)
         if manifest.is_index:
             raise ManifestError(f"{client.where(repository, child.digest)}: nested indexes are not supported")
         return manifest
 
     children = await asyncio.gather(*(fetch(d) for d in root.manifests))
     return ManifestTree(root, tuple(children))
+
+
+async def manifest_by_digest(
+    client: RegistryClient, repository: str, digest: str, known: ManifestCache | None = None
+) -> Manifest:
+    """A manifest named by its digest: the bytes kept from an earlier read, else a GET (its bytes then kept).
+    Says nothing of whether `repository` still holds it."""
+    manifest = known.get(digest) if known is not None else None
+    if manifest is None:
+        manifest = await client.get_manifest(repository, digest)
+        if known is not None:
+            known.put(manifest)
+    return manifest

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from mirror.engine.statecache import ManifestCache
 from mirror.engine.stream import hash_blob
+from mirror.engine.tree import manifest_by_digest
 from mirror.oci import Descriptor, Manifest, ManifestError
 from mirror.registry import RegistryClient, RegistryError
 
@@ -31,10 +33,12 @@ async def verify_copy(
     children: list[str] | None = None,
     resolved: Descriptor | None = None,
     tag_only: bool = False,
+    known: ManifestCache | None = None,
 ) -> Verification:
     """`children`, when given, is exactly the list of child digests the index must hold; `resolved`, the
     tag's descriptor when the caller has just read it (no second HEAD); `tag_only`, after a copy whose every
-    push the registry confirmed (digests checked), asks only that the tag resolves to the root."""
+    push the registry confirmed (digests checked), asks only that the tag resolves to the root; `known`, the
+    manifests kept by earlier runs: their presence is asked with a HEAD alongside their blobs, not re-read."""
     where = client.where(repository, tag)
     resolved = resolved or await client.head_manifest(repository, tag)
     if resolved is None:
@@ -43,9 +47,9 @@ async def verify_copy(
         return Verification((f"{where}: tag resolves to {resolved.digest}, expected {digest}",))
     if tag_only and not deep:
         return Verification(())
-    checks = _BlobChecks(client, repository, deep, asyncio.Semaphore(concurrency))
+    checks = _BlobChecks(client, repository, deep, asyncio.Semaphore(concurrency), known)
     try:
-        root = await client.get_manifest(repository, digest)
+        root = await manifest_by_digest(client, repository, digest, known)  # there: the tag resolved to it
         if children is not None and [m.digest for m in root.manifests] != children:
             return Verification((f"{where}: the index holds other children than expected",))
         if root.is_index:
@@ -62,17 +66,38 @@ async def verify_copy(
 class _BlobChecks:
     """Each blob checked once, however many images share it, as soon as the first manifest naming it arrives."""
 
-    def __init__(self, client: RegistryClient, repository: str, deep: bool, limit: asyncio.Semaphore) -> None:
+    def __init__(
+        self,
+        client: RegistryClient,
+        repository: str,
+        deep: bool,
+        limit: asyncio.Semaphore,
+        known: ManifestCache | None,
+    ) -> None:
         self.client = client
         self.repository = repository
         self.deep = deep
         self.limit = limit
+        self.known = known
         self._checks: dict[str, asyncio.Task[str | None]] = {}
 
     async def child(self, digest: str) -> list[str | None]:
+        """A child manifest and its blobs: its bytes read at the target, or, where they are known by digest,
+        its presence asked in the same wave as its blobs'."""
+        manifest = self.known.get(digest) if self.known is not None else None
+        if manifest is None:
+            async with self.limit:
+                manifest = await manifest_by_digest(self.client, self.repository, digest, self.known)
+            return await self.image(manifest)
+        present, blobs = await asyncio.gather(self._manifest_problem(digest), self.image(manifest))
+        return [present, *blobs]
+
+    async def _manifest_problem(self, digest: str) -> str | None:
         async with self.limit:
-            manifest = await self.client.get_manifest(self.repository, digest)
-        return await self.image(manifest)
+            found = await self.client.head_manifest(self.repository, digest)
+        if found is None or found.digest != digest:
+            return f"{self.client.where(self.repository, digest)}: manifest missing"
+        return None
 
     async def image(self, manifest: Manifest) -> list[str | None]:
         return list(await asyncio.gather(*(self._check(blob) for blob in manifest.blobs)))

@@ -61,6 +61,12 @@ class RegistryAuth(httpx.Auth):
     def __repr__(self) -> str:
         return f"RegistryAuth(host={self.host!r})"
 
+    @property
+    def challenged(self) -> bool:
+        """Has the registry asked for authentication yet? Until it has, every request went without credentials,
+        so whatever it answered, it answers anyone."""
+        return self._bearer is not None or self._basic
+
     @classmethod
     def anonymous(cls, host: str) -> RegistryAuth:
         """For a host we were redirected to: its own token flow, never our credentials."""

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from mirror.reference import is_valid_digest
+from mirror.registry.auth import RegistryAuth
 from mirror.registry.errors import RegistryUnreachable
 
 
@@ -15,6 +16,13 @@ class RegistryHost:
     def __init__(self, host: str, http: httpx.AsyncClient) -> None:
         self.host = host
         self.http = http
+
+    @property
+    def answers_anyone(self) -> bool:
+        """True while the registry has never challenged this client: what it answered so far, it would have
+        answered a client without credentials (a node pulling anonymously)."""
+        auth = self.http.auth
+        return not (isinstance(auth, RegistryAuth) and auth.challenged)
 
     def where(self, repository: str, ref: str = "") -> str:
         sep = "@" if is_valid_digest(ref) else ":"

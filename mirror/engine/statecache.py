@@ -1,0 +1,114 @@
+"""What earlier runs learned, kept under `state_dir` so a re-run asks across the border only what may have changed.
+
+- `ManifestCache`: manifests by digest (`<state_dir>/manifests/sha256/<hex>`). A digest names its bytes forever,
+  so a cached manifest is as good as one fetched: every read is checked against its digest, and a file that does
+  not hash to its name is ignored. Presence at a target is still asked every run (a HEAD); only the bytes are
+  not fetched again.
+- `RegistryNotes`: whether a registry answers the OCI referrers API (`<state_dir>/registries.json`), so a source
+  known to lack it is not asked again within a day (that GET is the last one a no-op would send it).
+
+Neither is needed: a missing, unreadable or read-only `state_dir` only costs the requests they save.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from mirror.oci import Manifest, ManifestError
+
+log = logging.getLogger("mirror")
+
+NOTES_TTL = 24 * 3600  # a registry's missing referrers API is asked again after this long
+MAX_NOTES_BYTES = 1024 * 1024
+
+
+class ManifestCache:
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory / "manifests" / "sha256" if directory is not None else None
+        self._held: dict[str, Manifest] = {}
+
+    def get(self, digest: str) -> Manifest | None:
+        known = self._held.get(digest)
+        if known is not None or self.directory is None:
+            return known
+        algorithm, _, hexpart = digest.partition(":")
+        if algorithm != "sha256" or not hexpart.isalnum():
+            return None
+        try:
+            media_type, _, raw = (self.directory / hexpart).read_bytes().partition(b"\n")
+            known = Manifest.parse(raw, media_type.decode("ascii"), digest)
+        except (OSError, UnicodeDecodeError, ManifestError):
+            return None
+        self._held[digest] = known
+        return known
+
+    def put(self, manifest: Manifest) -> None:
+        if manifest.digest in self._held:
+            return
+        self._held[manifest.digest] = manifest
+        if self.directory is None or not manifest.digest.startswith("sha256:"):
+            return
+        path = self.directory / manifest.digest.removeprefix("sha256:")
+        if not path.exists():
+            _write_atomically(path, manifest.media_type.encode("ascii") + b"\n" + manifest.raw)
+
+
+class RegistryNotes:
+    def __init__(self, directory: Path | None, clock: float | None = None) -> None:
+        self.path = directory / "registries.json" if directory is not None else None
+        self.now = clock if clock is not None else time.time()
+        self._notes = self._read()
+        self._changed = False
+
+    def lacks_referrers_api(self, host: str) -> bool:
+        """Did this registry answer without the referrers API within the last day?"""
+        note = self._notes.get(host, {})
+        checked = note.get("no_referrers_api_at")
+        return isinstance(checked, (int, float)) and 0 <= self.now - checked < NOTES_TTL
+
+    def note_referrers_api(self, host: str, answered: bool) -> None:
+        note = self._notes.setdefault(host, {})
+        if answered and "no_referrers_api_at" in note:
+            del note["no_referrers_api_at"]
+            self._changed = True
+        elif not answered and not self.lacks_referrers_api(host):
+            note["no_referrers_api_at"] = self.now
+            self._changed = True
+
+    def save(self) -> None:
+        if self._changed and self.path is not None:
+            _write_atomically(self.path, json.dumps(self._notes, indent=1, sort_keys=True).encode())
+            self._changed = False
+
+    def _read(self) -> dict[str, dict[str, float]]:
+        if self.path is None:
+            return {}
+        try:
+            with self.path.open("rb") as file:
+                doc = json.loads(file.read(MAX_NOTES_BYTES))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(doc, dict):
+            return {}
+        return {str(host): dict(note) for host, note in doc.items() if isinstance(note, dict)}
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write whole or not at all (a temporary file renamed into place); a failure is logged, never raised."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        log.debug("state not kept at %s: %s", path, exc)
