@@ -291,6 +291,9 @@ class RegistrySettings(_Model):
     password_file: Path | None = None
     password_env: str | None = None  # the name of an environment variable that holds the password
     max_connections: int = Field(default=16, ge=1, le=256)
+    # HTTP/2 over TLS: every request to the host multiplexed on one connection (no handshake per connection
+    # opened); a host that does not offer h2 is spoken to in HTTP/1.1 as before
+    http2: bool = False
 
     @field_validator("password_env")
     @classmethod

@@ -37,7 +37,7 @@ def run_async(make: Callable[[], Awaitable[T]]) -> T:
 
 def with_client(registry: LocalRegistry, action: Callable[[RegistryClient], Awaitable[T]]) -> T:
     async def go() -> T:
-        client = RegistryClient.open(registry.host, ClientOptions(plain_http=True))
+        client = RegistryClient.open(registry.host, ClientOptions(plain_http=not registry.tls))
         try:
             return await action(client)
         finally:

@@ -42,6 +42,7 @@ def client_options(
     registry, transfer, budget = settings.registry(host), settings.transfer, settings.pull_budget
     return ClientOptions(
         plain_http=registry.plain_http,
+        http2=registry.http2,
         max_connections=registry.max_connections,
         connect_timeout=transfer.connect_timeout,
         read_timeout=transfer.read_timeout,

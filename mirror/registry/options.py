@@ -27,6 +27,7 @@ class PullBudgetOptions:
 @dataclass(frozen=True, slots=True)
 class ClientOptions:
     plain_http: bool = False
+    http2: bool = False  # offered in TLS's ALPN; HTTP/1.1 where the host does not take it
     max_connections: int = 16
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
