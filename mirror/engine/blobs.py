@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mirror.engine.probes import TargetProbes
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.upload import (
     BlobOrigin,
@@ -46,9 +47,14 @@ class TargetBlobs:
     upload_chunk_size: int
     shutdown: Shutdown = field(default_factory=Shutdown)
     max_blob_size: int = 50 * 1024**3
+    probe_concurrency: int = 16  # HEADs at this registry at once (its connection limit)
     _present: dict[str, set[str]] = field(default_factory=dict)
     _first: dict[str, str] = field(default_factory=dict)  # digest -> the repository that transfers it
     _ensured: dict[tuple[str, str], asyncio.Task[BlobOutcome]] = field(default_factory=dict)
+    probes: TargetProbes = field(init=False)  # the run's HEADs at this registry, shared with verification
+
+    def __post_init__(self) -> None:
+        self.probes = TargetProbes(self.client, self.probe_concurrency)
 
     def known_present(self, repository: str, digest: str) -> bool:
         return repository in self._present.get(digest, ())
@@ -60,7 +66,7 @@ class TargetBlobs:
         """HEAD the blob unless the run already knows; a size mismatch counts as missing."""
         if self.known_present(repository, blob.digest):
             return True
-        size = await self.client.head_blob(repository, blob.digest)
+        size = await asyncio.shield(self.probes.blob(repository, blob.digest))
         if size == blob.size:
             self.record(repository, blob.digest)
             return True
@@ -93,6 +99,7 @@ class TargetBlobs:
             raise
 
     def cancel_pending(self) -> None:
+        self.probes.cancel_pending()
         for task in self._ensured.values():
             task.cancel()
 

@@ -57,6 +57,7 @@ class RunCache:
                 transfer.upload_chunk_size,
                 self.shutdown,
                 transfer.max_blob_size,
+                self.settings.registry(host).max_connections,
             )
         return state
 

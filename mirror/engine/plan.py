@@ -11,7 +11,6 @@ from mirror.engine.jobs import TargetRef
 from mirror.engine.policy import Dropped, is_runnable, rewrite_index, select
 from mirror.engine.tree import ManifestTree
 from mirror.oci import Descriptor, Manifest, ManifestError
-from mirror.registry import RegistryClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +65,13 @@ async def plan_target(
     ref: TargetRef,
     tree: ManifestTree,
     blobs: TargetBlobs,
-    client: RegistryClient,
     source_root: Manifest | None = None,
     dropped: tuple[Dropped, ...] = (),
 ) -> TargetPlan:
-    """HEAD each child manifest and each blob the missing children need."""
+    """Each child manifest and each blob the missing children need, as the target's HEADs answer (asked once
+    per run: the answers may have been asked for before the tag's, `probes.py`)."""
     repository = ref.repository.name
-    found = await asyncio.gather(*(client.head_manifest(repository, c.digest) for c in tree.children))
+    found = await asyncio.gather(*(asyncio.shield(blobs.probes.manifest(repository, c.digest)) for c in tree.children))
     missing = tree.with_children(child for child, there in zip(tree.children, found, strict=True) if there is None)
     needed = missing.blobs()
     exists = await asyncio.gather(*(blobs.exists(repository, b) for b in needed))

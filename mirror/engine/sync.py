@@ -21,9 +21,11 @@ from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_jobs, check_versions
 from mirror.engine.lock import target_locks
 from mirror.engine.namespaces import prepare_namespaces
+from mirror.engine.plan import apply_policy
 from mirror.engine.referrers import Found
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.target import SyncOptions, TargetStages
+from mirror.engine.tree import known_tree
 from mirror.errors import MirrorError
 from mirror.oci import Descriptor
 from mirror.output import check_writable
@@ -143,11 +145,27 @@ class Syncer:
             return image
         image.source_digest = resolved.digest
         if error is None:
+            self._probe_targets(job, resolved.digest)
             runs = (self.stages.run(job, ref, resolved, current[ref.name]) for ref in job.targets)
             image.targets = list(await asyncio.gather(*runs))
         else:
             await asyncio.gather(*current.values(), return_exceptions=True)
         return image
+
+    def _probe_targets(self, job: ImageJob, digest: str) -> None:
+        """Where an earlier run kept the source tree by digest, ask each target at once for every child and blob
+        it should hold: the tag's answer then finds the verification's (or the plan's) on its way. Not in
+        discovery, which trusts a matching tag without them."""
+        tree = None if self.options.trust_matching_tags else known_tree(self.cache.manifests, digest)
+        if tree is None:
+            return
+        for ref in job.targets:
+            platforms = list(job.image.platforms or ref.target.platforms or []) or None
+            try:
+                kept, _ = apply_policy(tree, ref.target.attestations, platforms)
+            except MirrorError:
+                continue  # the copy stage says why
+            self.cache.blobs[ref.repository.registry].probes.tree(ref.repository.name, kept)
 
     async def _resolve(self, job: ImageJob) -> Descriptor | str:
         """The source's descriptor, or why there is none."""

@@ -34,7 +34,7 @@ from mirror.engine.policy import source_digest_of
 from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referrers
 from mirror.engine.statecache import ManifestCache
 from mirror.engine.tree import manifest_by_digest
-from mirror.engine.verify import Verification, verify_copy
+from mirror.engine.verify import Known, Verification, verify_copy
 from mirror.errors import Kind, MirrorError
 from mirror.oci import INDEX_TYPES, Descriptor
 from mirror.progress import Progress
@@ -164,7 +164,7 @@ class TargetStages:
         tree, dropped = apply_policy(source_tree, ref.target.attestations, platforms)
         client = self.cache.clients[ref.repository.registry]
         blobs = self.cache.blobs[ref.repository.registry]
-        plan = await plan_target(ref, tree, blobs, client, source_tree.root if dropped else None, dropped)
+        plan = await plan_target(ref, tree, blobs, source_tree.root if dropped else None, dropped)
         described = plan.describe()
         if self.options.dry_run:
             self.progress.event(f"{label}: would {described}")
@@ -284,7 +284,7 @@ class TargetStages:
         tag_only: bool = False,
     ) -> Verification:
         concurrency = self.settings.transfer.manifest_concurrency
-        known = self.cache.manifests
+        known = Known(self.cache.manifests, self.cache.blobs[client.host].probes)
         return await verify_copy(
             client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only, known
         )

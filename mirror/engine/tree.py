@@ -79,3 +79,14 @@ async def manifest_by_digest(
         if known is not None:
             known.put(manifest)
     return manifest
+
+
+def known_tree(known: ManifestCache, digest: str) -> ManifestTree | None:
+    """The tree `digest` names, where every manifest of it is kept from an earlier read; else None."""
+    root = known.get(digest)
+    if root is None or not root.is_index:
+        return None if root is None else ManifestTree(root, ())
+    children = [known.get(d.digest) for d in root.manifests]
+    if any(child is None or child.is_index for child in children):
+        return None
+    return ManifestTree(root, tuple(c for c in children if c is not None))

@@ -6,11 +6,20 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from mirror.engine.probes import TargetProbes
 from mirror.engine.statecache import ManifestCache
 from mirror.engine.stream import hash_blob
 from mirror.engine.tree import manifest_by_digest
 from mirror.oci import Descriptor, Manifest, ManifestError
 from mirror.registry import RegistryClient, RegistryError
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the run knows without reading the target: manifests by digest, and its HEADs there (asked once)."""
+
+    manifests: ManifestCache
+    probes: TargetProbes
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +42,13 @@ async def verify_copy(
     children: list[str] | None = None,
     resolved: Descriptor | None = None,
     tag_only: bool = False,
-    known: ManifestCache | None = None,
+    known: Known | None = None,
 ) -> Verification:
     """`children`, when given, is exactly the list of child digests the index must hold; `resolved`, the
     tag's descriptor when the caller has just read it (no second HEAD); `tag_only`, after a copy whose every
     push the registry confirmed (digests checked), asks only that the tag resolves to the root; `known`, the
-    manifests kept by earlier runs: their presence is asked with a HEAD alongside their blobs, not re-read."""
+    manifests kept by earlier runs (their presence is asked with a HEAD alongside their blobs, not re-read) and
+    the run's HEADs at the target, asked once."""
     where = client.where(repository, tag)
     resolved = resolved or await client.head_manifest(repository, tag)
     if resolved is None:
@@ -49,7 +59,9 @@ async def verify_copy(
         return Verification(())
     checks = _BlobChecks(client, repository, deep, asyncio.Semaphore(concurrency), known)
     try:
-        root = await manifest_by_digest(client, repository, digest, known)  # there: the tag resolved to it
+        root = await manifest_by_digest(
+            client, repository, digest, known.manifests if known else None
+        )  # the tag named it
         if children is not None and [m.digest for m in root.manifests] != children:
             return Verification((f"{where}: the index holds other children than expected",))
         if root.is_index:
@@ -72,7 +84,7 @@ class _BlobChecks:
         repository: str,
         deep: bool,
         limit: asyncio.Semaphore,
-        known: ManifestCache | None,
+        known: Known | None,
     ) -> None:
         self.client = client
         self.repository = repository
@@ -84,17 +96,22 @@ class _BlobChecks:
     async def child(self, digest: str) -> list[str | None]:
         """A child manifest and its blobs: its bytes read at the target, or, where they are known by digest,
         its presence asked in the same wave as its blobs'."""
-        manifest = self.known.get(digest) if self.known is not None else None
+        manifest = self.known.manifests.get(digest) if self.known is not None else None
         if manifest is None:
             async with self.limit:
-                manifest = await manifest_by_digest(self.client, self.repository, digest, self.known)
+                manifest = await manifest_by_digest(
+                    self.client, self.repository, digest, self.known.manifests if self.known else None
+                )
             return await self.image(manifest)
         present, blobs = await asyncio.gather(self._manifest_problem(digest), self.image(manifest))
         return [present, *blobs]
 
     async def _manifest_problem(self, digest: str) -> str | None:
-        async with self.limit:
-            found = await self.client.head_manifest(self.repository, digest)
+        if self.known is not None:
+            found = await asyncio.shield(self.known.probes.manifest(self.repository, digest))
+        else:
+            async with self.limit:
+                found = await self.client.head_manifest(self.repository, digest)
         if found is None or found.digest != digest:
             return f"{self.client.where(self.repository, digest)}: manifest missing"
         return None
@@ -110,10 +127,14 @@ class _BlobChecks:
 
     async def _problem(self, blob: Descriptor) -> str | None:
         where = self.client.where(self.repository, blob.digest)
-        async with self.limit:
-            if self.deep:
+        if self.deep:
+            async with self.limit:
                 return await hash_blob(self.client, self.repository, blob)
-            size = await self.client.head_blob(self.repository, blob.digest)
+        if self.known is not None:
+            size = await asyncio.shield(self.known.probes.blob(self.repository, blob.digest))
+        else:
+            async with self.limit:
+                size = await self.client.head_blob(self.repository, blob.digest)
         if size is None:
             return f"{where}: blob missing"
         if size != blob.size:

@@ -1,0 +1,63 @@
+"""HEADs at a target, each asked once per run and shared by every stage that wants the answer.
+
+Where the source tree is known by digest before the target's tag has answered (`ManifestCache`), every child
+manifest and blob the target should hold is asked at once, in the same wave as the tag: a no-op then verifies in
+one round trip, and a copy plans from the same answers. An answer is what the target held when asked; what the
+run pushes afterwards is known to `TargetBlobs`, not here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from mirror.engine.tree import ManifestTree
+from mirror.oci import Descriptor
+from mirror.registry import RegistryClient
+
+T = TypeVar("T")
+
+
+class TargetProbes:
+    def __init__(self, client: RegistryClient, concurrency: int) -> None:
+        self.client = client
+        self._limit = asyncio.Semaphore(concurrency)  # kept here, not in the connection pool's queue
+        self._manifests: dict[tuple[str, str], asyncio.Task[Descriptor | None]] = {}
+        self._blobs: dict[tuple[str, str], asyncio.Task[int | None]] = {}
+
+    def manifest(self, repository: str, digest: str) -> asyncio.Task[Descriptor | None]:
+        """The manifest `digest` as the target's HEAD describes it, or None where it lacks it."""
+        key = (repository, digest)
+        task = self._manifests.get(key)
+        if task is None:
+            task = self._manifests[key] = _started(self._limited(self.client.head_manifest(repository, digest)))
+        return task
+
+    def blob(self, repository: str, digest: str) -> asyncio.Task[int | None]:
+        """The blob's size at the target, or None where it lacks it."""
+        key = (repository, digest)
+        task = self._blobs.get(key)
+        if task is None:
+            task = self._blobs[key] = _started(self._limited(self.client.head_blob(repository, digest)))
+        return task
+
+    def tree(self, repository: str, tree: ManifestTree) -> None:
+        """Ask at once for every child manifest and blob of `tree` (the root is answered by its tag's HEAD)."""
+        for child in tree.children:
+            self.manifest(repository, child.digest)
+        for blob in tree.blobs():
+            self.blob(repository, blob.digest)
+
+    def cancel_pending(self) -> None:
+        for task in (*self._manifests.values(), *self._blobs.values()):
+            task.cancel()
+
+    async def _limited(self, request: Awaitable[T]) -> T:
+        async with self._limit:
+            return await request
+
+
+def _started(work: Awaitable[T]) -> asyncio.Task[T]:
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read by whoever needs it, or dropped
+    return task
