@@ -284,7 +284,9 @@ class TargetStages:
         tag_only: bool = False,
     ) -> Verification:
         concurrency = self.settings.transfer.manifest_concurrency
-        known = Known(self.cache.manifests, self.cache.blobs[client.host].probes)
+        # after a copy (`tag_only`), the run's earlier answers at the target predate its pushes
+        probes = None if tag_only else self.cache.blobs[client.host].probes
+        known = Known(self.cache.manifests, probes)
         return await verify_copy(
             client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only, known
         )

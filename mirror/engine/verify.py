@@ -19,7 +19,7 @@ class Known:
     """What the run knows without reading the target: manifests by digest, and its HEADs there (asked once)."""
 
     manifests: ManifestCache
-    probes: TargetProbes
+    probes: TargetProbes | None  # None after a copy: the answers asked before it are out of date
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ class _BlobChecks:
         return [present, *blobs]
 
     async def _manifest_problem(self, digest: str) -> str | None:
-        if self.known is not None:
+        if self.known is not None and self.known.probes is not None:
             found = await asyncio.shield(self.known.probes.manifest(self.repository, digest))
         else:
             async with self.limit:
@@ -130,7 +130,7 @@ class _BlobChecks:
         if self.deep:
             async with self.limit:
                 return await hash_blob(self.client, self.repository, blob)
-        if self.known is not None:
+        if self.known is not None and self.known.probes is not None:
             size = await asyncio.shield(self.known.probes.blob(self.repository, blob.digest))
         else:
             async with self.limit:

@@ -23,6 +23,9 @@ from mirror.registry.tokens import MAX_TOKEN_RESPONSE, Token, TokenCache, TokenK
 
 CredentialSource = Callable[[str | None], Awaitable[Credentials | None]]  # given the challenge's service
 MAX_ROUNDS = 3
+# A token refused this soon after it was issued was refused for what it grants: denied at once. One refused later
+# had waited (for a pooled connection, behind streaming blobs) and may simply have lapsed: another is fetched.
+FRESH_TOKEN_SECONDS = 2.0
 
 
 class AuthError(RegistryError):
@@ -95,11 +98,12 @@ class RegistryAuth(httpx.Auth):
         force_fresh = False
         for _ in range(MAX_ROUNDS):
             fresh_scopes: frozenset[str] | None = None  # set when this round's token was just issued
+            issued = 0.0
             if self._bearer is not None:
                 key = TokenKey(*self._bearer, merge_scopes(scopes))
                 token = None if force_fresh else self._tokens.fresh(key)
                 while token is None:
-                    fresh_scopes = key.scopes
+                    fresh_scopes, issued = key.scopes, time.monotonic()
                     waiter = self._pending.get(key)
                     if waiter is not None:
                         token = await _follow(waiter)  # None: its leader gave up; ask again
@@ -129,6 +133,8 @@ class RegistryAuth(httpx.Auth):
             response = yield request
             if response.status_code != 401:
                 return
+            if time.monotonic() - issued > FRESH_TOKEN_SECONDS:
+                fresh_scopes = None
             again = await self._after_refusal(request, response, scopes, fresh_scopes)
             if again is None:
                 return

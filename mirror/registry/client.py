@@ -86,7 +86,10 @@ class RegistryClient(BlobUploads):
         """A HEAD that follows redirects to the registry API (`any_location`: anywhere, for blobs), other hosts
         never getting our credentials: see redirects.py."""
         async with self.redirects.stream(action, where, "HEAD", url, headers, any_location) as response:
-            return response  # a HEAD has no body: its headers outlive the connection
+            # A HEAD has no body, but its end must be read: a response closed before it takes its connection
+            # down with it, and the next request would pay for a new one (a handshake round trip, or two).
+            await response.aread()
+            return response
 
     # -- manifests ---------------------------------------------------------------------------------
 

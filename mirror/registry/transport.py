@@ -10,6 +10,7 @@ from mirror.registry.cancelsafe import CancelSafeTransport
 from mirror.registry.credentials import Credentials, resolve_credentials
 from mirror.registry.deadline import DeadlineTransport
 from mirror.registry.options import ClientOptions
+from mirror.registry.poollimit import PoolLimitTransport
 from mirror.registry.retry import RetryPolicy, RetryTransport, StatusObserver
 
 USER_AGENT = f"mirror/{__version__}"
@@ -25,9 +26,12 @@ def layered(
     deadline: float,
     min_rate: int,
     on_retry_status: StatusObserver | None = None,
+    max_connections: int = 16,
 ) -> DeadlineTransport:
-    """The transport stack under every client: a deadline over the retries over cancel-safe connections."""
-    retries = RetryTransport(CancelSafeTransport(connections), retry, on_retry_status=on_retry_status)
+    """The transport stack under every client: a deadline over the retries over cancel-safe requests, at most
+    `max_connections` of them in the pool at once."""
+    limited = PoolLimitTransport(connections, max_connections)
+    retries = RetryTransport(CancelSafeTransport(limited), retry, on_retry_status=on_retry_status)
     return DeadlineTransport(retries, deadline, min_rate)
 
 
@@ -46,7 +50,14 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
     )
     return httpx.AsyncClient(
         base_url=base_url(host, options.plain_http),
-        transport=layered(connections, options.retry, options.deadline, options.min_rate, options.on_retry_status),
+        transport=layered(
+            connections,
+            options.retry,
+            options.deadline,
+            options.min_rate,
+            options.on_retry_status,
+            options.max_connections,
+        ),
         auth=RegistryAuth(host, credentials),
         headers={"User-Agent": USER_AGENT},
         timeout=httpx.Timeout(options.read_timeout, connect=options.connect_timeout),
