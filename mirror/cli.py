@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     sync_cmd.add_argument("--deep", action="store_true", help="verify by re-reading every target blob's sha256")
     sync_cmd.add_argument("--force", action="store_true", help="overwrite a target tag that points elsewhere")
     sync_cmd.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    sync_cmd.add_argument(
+        "--notify", action="store_true", help="tell the notify channels what landed or failed (--discover always does)"
+    )
     sync_cmd.add_argument("-v", "--verbose", action="store_true", help="log HTTP requests too")
     summary = "run the service: scheduled discovery, webhooks, the job API"
     serve_cmd = _command(commands, "serve", summary, SERVE_DESCRIPTION, SERVE_EPILOG)

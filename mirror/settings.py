@@ -654,6 +654,99 @@ def secret_bytes(value: SecretStr | None, path: Path | None) -> bytes | None:
     return read_secret_file(path) if path is not None else None
 
 
+NotifyEvent = Literal["mirrored", "failed", "drift"]
+NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("mirrored", "failed", "drift")
+
+
+def _secret_from(what: str, env: str | None, file: Path | None) -> str:
+    """A secret named by an environment variable or a file, read (and checked) at load; never kept in the model."""
+    _one_source(what, env=env, file=file)
+    if env is not None:
+        value = os.environ.get(env, "").strip()
+        if not value:
+            raise ValueError(f"{what}: the environment variable {env} is not set")
+        return value
+    if file is not None:
+        try:
+            value = read_secret_file(file).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{what}: cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+        if not value:
+            raise ValueError(f"{what}: {file} is empty")
+        return value
+    raise ValueError(f"{what}: give {what}_env or {what}_file (a secret is never written in the config)")
+
+
+class NotifyChannelSettings(_Model):
+    """One place the people on call hear from. The webhook URL holds the robot's token, so it is a secret too:
+    it comes from an environment variable or a file, as does the signing secret (DingTalk, Feishu/Lark, and the
+    generic webhook's HMAC-SHA256 key)."""
+
+    name: str
+    kind: Literal["dingtalk", "feishu", "wecom", "slack", "webhook"]
+    url_env: str | None = None
+    url_file: Path | None = None
+    secret_env: str | None = None
+    secret_file: Path | None = None
+    events: tuple[NotifyEvent, ...] = NOTIFY_EVENTS
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _plain_name(value) or value
+
+    @field_validator("url_env", "secret_env")
+    @classmethod
+    def _env(cls, value: str | None) -> str | None:
+        return _env_name(value)
+
+    @model_validator(mode="after")
+    def _readable(self) -> NotifyChannelSettings:
+        url = self.url()
+        if not re.match(r"^https?://[^\s/]+", url):
+            raise ValueError("url: expected an http(s) URL")
+        signed = self.kind in ("dingtalk", "feishu", "webhook")
+        if signed:
+            secret = self.secret()
+            if self.kind == "webhook" and len(secret.encode()) < MIN_SECRET_BYTES:
+                raise ValueError(f"secret: must be at least {MIN_SECRET_BYTES} bytes")
+        elif self.secret_env or self.secret_file:
+            raise ValueError(f"secret: {self.kind} robots are not signed; give none")
+        return self
+
+    def url(self) -> str:
+        return _secret_from("url", self.url_env, self.url_file)
+
+    def secret(self) -> str:
+        return _secret_from("secret", self.secret_env, self.secret_file)
+
+
+class NotifySettings(_Model):
+    """Messages to the on-call channel: a release newly mirrored to a target, a failure, drift. Never for a run
+    that changed nothing; never failing or holding up the run they report."""
+
+    channels: list[NotifyChannelSettings] = Field(default_factory=list)
+    timeout: float = Field(default=10.0, gt=0, le=120)  # one post
+    attempts: int = Field(default=3, ge=1, le=10)  # a post that fails to connect or gets a 5xx/429 is sent again
+    deadline: float = Field(default=30.0, gt=0, le=600)  # every post of a run together
+    public_url: str | None = None  # where people reach `mirror serve`: messages link to the job's values
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("expected an http(s) URL")
+        return value.rstrip("/") if value else value
+
+    @field_validator("channels")
+    @classmethod
+    def _unique(cls, value: list[NotifyChannelSettings]) -> list[NotifyChannelSettings]:
+        names = [c.name for c in value]
+        if len(set(names)) != len(names):
+            raise ValueError("two channels with one name")
+        return value
+
+
 class WebhookSettings(_Model):
     secret: SecretStr | None = None  # HMAC-SHA256 key for X-Hub-Signature-256
     secret_file: Path | None = None
@@ -758,6 +851,7 @@ class MirrorSettings(BaseSettings):
     lock_dir: Path | None = None
     values: ValuesSettings = ValuesSettings()
     signatures: SignatureSettings = SignatureSettings()
+    notify: NotifySettings = NotifySettings()
 
     @classmethod
     def settings_customise_sources(

@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     failures = [line for r in results for line in r.failures()]
     for line in failures:
         say(line)
+    if settings.notify.channels and (args.discover or args.notify):
+        tell_on_call(settings, results)
     if shutdown.stopping:
         print(
             f"mirror: stopped by SIGTERM; {len(failures)} copy(ies) left unfinished, no tag moved for them",
@@ -64,6 +66,17 @@ async def _sync(
         return await sync(settings, versions, options, progress_for(sys.stderr), shutdown)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+
+
+def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None:
+    """The run's news to the notify channels, after its report: a receiver that is down or slow costs at most
+    `notify.deadline` seconds and never changes the exit code."""
+    from mirror.notify.events import events_of
+    from mirror.notify.send import notify
+
+    events = events_of(results)
+    if events:
+        asyncio.run(notify(settings.notify, events))
 
 
 def print_summary(results: list[ReleaseResult]) -> None:

@@ -1,0 +1,100 @@
+"""What in a run is worth a message: a release newly mirrored to a target (with its values and the `helm upgrade`
+line), a failure (what, where, why) and drift. A run that changed nothing has no events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mirror.engine.outcomes import Copied, Drift
+from mirror.report import ReleaseResult
+
+
+@dataclass(frozen=True, slots=True)
+class Mirrored:
+    release: str
+    target: str
+    images: tuple[str, ...]  # the images copied to the target in this run
+    bytes_moved: int
+    values: tuple[str, ...]  # the values files written (paths, or the job API's links in the service)
+    helm_lines: tuple[str, ...]
+
+    kind = "mirrored"
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    release: str
+    what: str
+    where: str
+    reason: str
+
+    kind = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Drifted:
+    release: str
+    image: str
+    target: str
+    reason: str
+
+    kind = "drift"
+
+
+Event = Mirrored | Failed | Drifted
+
+
+def events_of(results: list[ReleaseResult], values_link: str | None = None) -> list[Event]:
+    """The run's events, releases in order. `values_link` (the service's job URL) stands for the values paths."""
+    events: list[Event] = []
+    for release in results:
+        if release.dry_run:
+            continue
+        events += _mirrored(release, values_link) + _failed(release) + _drifted(release)
+    return events
+
+
+def _mirrored(release: ReleaseResult, values_link: str | None) -> list[Event]:
+    copied: dict[str, list[tuple[str, int]]] = {}
+    for image in release.images:
+        for target in image.targets:
+            if isinstance(target.outcome, Copied):
+                copied.setdefault(target.target, []).append((image.name, target.outcome.bytes_uploaded))
+    events: list[Event] = []
+    for name, images in copied.items():
+        written = [v for v in release.values if v.target == name]
+        if not written:
+            continue  # copied but not delivered: the failure says why
+        values = (values_link,) if values_link else tuple(str(v.path) for v in written)
+        helm = tuple(upgrade_line(v.helm_command) for v in written)
+        events.append(
+            Mirrored(release.version, name, tuple(n for n, _ in images), sum(b for _, b in images), values, helm)
+        )
+    return events
+
+
+def _failed(release: ReleaseResult) -> list[Event]:
+    events: list[Event] = []
+    for image in release.images:
+        if image.error:
+            events.append(Failed(release.version, image.name, image.source, image.error))
+        for target in image.targets:
+            if target.error and not isinstance(target.outcome, Drift):
+                events.append(Failed(release.version, image.name, target.target, target.error))
+    events += [Failed(release.version, "values", "delivery", error) for error in release.errors]
+    return events
+
+
+def _drifted(release: ReleaseResult) -> list[Event]:
+    return [
+        Drifted(release.version, image.name, target.target, target.outcome.reason)
+        for image in release.images
+        for target in image.targets
+        if isinstance(target.outcome, Drift)
+    ]
+
+
+def upgrade_line(helm_install: str) -> str:
+    """`helm install NAME CHART ...` as the upgrade people run on a cluster that has the release already."""
+    prefix = "helm install "
+    return "helm upgrade --install " + helm_install[len(prefix) :] if helm_install.startswith(prefix) else helm_install

@@ -1,0 +1,87 @@
+"""Posting the events to every channel that wants them: at once, each post bounded by `notify.timeout`, sent
+again (at most `notify.attempts` times) only when it did not arrive or the platform was briefly unable (5xx,
+429), and all of them within `notify.deadline`. Nothing here raises: a receiver that is down, slow or refusing
+is logged by the channel's name (its URL holds a token and is never shown), and the run's result stands."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from mirror.notify.channels import post_for, refusal
+from mirror.notify.events import Event
+from mirror.registry.body import BodyTooLarge, read_limited
+from mirror.settings import NotifyChannelSettings, NotifySettings
+from mirror.untrusted import clip
+
+log = logging.getLogger("mirror")
+
+MAX_ANSWER_BYTES = 64 * 1024
+RETRY_DELAY = 1.0  # then doubled
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    channel: str
+    event: str
+    error: str | None  # None when the platform took it
+
+
+async def notify(settings: NotifySettings, events: list[Event], clock: Callable[[], float] = time.time) -> list[Sent]:
+    """Post each event to each channel that takes its kind; what became of each post."""
+    wanted = [(c, e) for c in settings.channels for e in events if e.kind in c.events]
+    if not wanted:
+        return []
+    async with httpx.AsyncClient(timeout=settings.timeout, follow_redirects=False, trust_env=False) as http:
+        posts = [asyncio.ensure_future(_post(http, settings, c, e, clock)) for c, e in wanted]
+        done, pending = await asyncio.wait(posts, timeout=settings.deadline)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    sent = [
+        task.result() if task in done else Sent(c.name, e.kind, f"not sent within {settings.deadline:g} s")
+        for task, (c, e) in zip(posts, wanted, strict=True)
+    ]
+    for each in sent:
+        if each.error:
+            log.warning("notification to %s (%s) not delivered: %s", each.channel, each.event, each.error)
+    return sent
+
+
+async def _post(
+    http: httpx.AsyncClient,
+    settings: NotifySettings,
+    channel: NotifyChannelSettings,
+    event: Event,
+    clock: Callable[[], float],
+) -> Sent:
+    secret = channel.secret() if channel.kind in ("dingtalk", "feishu", "webhook") else None
+    url = channel.url()
+    error = "not sent"
+    for attempt in range(settings.attempts):
+        if attempt:
+            await asyncio.sleep(RETRY_DELAY * 2 ** (attempt - 1))
+        post = post_for(channel.kind, url, secret, event, clock())  # signed afresh: timestamps expire
+        try:
+            async with http.stream("POST", post.url, content=post.body, headers=post.headers) as response:
+                body = await read_limited(response, MAX_ANSWER_BYTES, truncate=True)
+                status = response.status_code
+        except (httpx.HTTPError, BodyTooLarge) as exc:
+            error = f"{type(exc).__name__}: {_without(str(exc), url)}"
+            continue
+        error = refusal(channel.kind, status, body) or ""
+        if not error:
+            return Sent(channel.name, event.kind, None)
+        if not (status == 429 or status >= 500):
+            break
+    return Sent(channel.name, event.kind, clip(_without(error, url), 300))
+
+
+def _without(text: str, url: str) -> str:
+    """An error's text with the webhook URL (and its token) taken out."""
+    return text.replace(url, "<webhook URL>").replace(url.split("?", 1)[0], "<webhook URL>")

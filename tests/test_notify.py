@@ -1,0 +1,169 @@
+"""Notifications against real receivers on loopback, one per platform, each checking its own signature scheme:
+a release newly mirrored posts one message per channel with the `helm upgrade` line; a no-op posts nothing; a
+failing run posts its reason; a receiver that is down, slow or refusing neither fails nor holds up the run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.cli import main
+from mirror.demo.localregistry import LocalRegistry
+from tests.receivers import Receiver, receiver
+from tests.support import write_config
+from tests.test_sync import VERSION, seed_release
+
+KINDS = ("dingtalk", "feishu", "wecom", "slack", "webhook")
+SIGNED = ("dingtalk", "feishu", "webhook")
+
+
+def secret_of(kind: str) -> str:
+    return f"SEC-{kind}-0123456789abcdef"
+
+
+def token_of(kind: str) -> str:
+    return f"tok{kind}9f8e7d6c5b4a"
+
+
+@pytest.fixture
+def receivers() -> Iterator[dict[str, Receiver]]:
+    with ExitStack() as stack:
+        yield {kind: stack.enter_context(receiver(kind, secret_of(kind), token_of(kind))) for kind in KINDS}
+
+
+def channels(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    receivers: dict[str, Receiver],
+    secrets: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One channel per receiver: URLs from the environment, secrets from files (both ways are tested)."""
+    made = []
+    for kind, each in receivers.items():
+        monkeypatch.setenv(f"NOTIFY_{kind.upper()}_URL", each.url)
+        channel: dict[str, Any] = {"name": kind, "kind": kind, "url_env": f"NOTIFY_{kind.upper()}_URL"}
+        if kind in SIGNED:
+            path = tmp_path / f"{kind}.secret"
+            path.write_text((secrets or {}).get(kind, secret_of(kind)) + "\n")
+            channel["secret_file"] = str(path)
+        made.append(channel)
+    return made
+
+
+def test_a_release_landing_posts_one_signed_message_per_channel_and_a_no_op_posts_none(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    receivers: dict[str, Receiver],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seed_release(source)
+    notify = {"channels": channels(monkeypatch, tmp_path, receivers)}
+    config = write_config(tmp_path / "mirror.yaml", source, [target], notify=notify)
+
+    assert main(["sync", VERSION, "--config", str(config), "--notify"]) == 0
+
+    values = tmp_path / "out" / "t0" / "hami-ack-values.yaml"
+    for kind, each in receivers.items():
+        assert len(each.received) == 1, kind
+        (message,) = each.received
+        assert message.signed, kind
+        text = message.text()
+        assert f"{VERSION} mirrored to t0" in text, kind
+        assert "hami" in text and "kube-webhook-certgen" in text, kind
+        assert " MB" in text and str(values) in text, kind
+        assert f"helm upgrade --install hami hami-charts/hami -n kube-system --version 2.10.0 -f {values}" in text
+    webhook = receivers["webhook"].received[0].json()
+    assert webhook["event"] == "mirrored" and webhook["release"] == VERSION and webhook["target"] == "t0"
+    assert webhook["bytes_moved"] > 0
+    output = capsys.readouterr()
+    for kind in KINDS:
+        assert token_of(kind) not in output.out + output.err
+        assert secret_of(kind) not in output.out + output.err
+
+    assert main(["sync", VERSION, "--config", str(config), "--notify"]) == 0  # nothing changed: nothing said
+    assert all(len(each.received) == 1 for each in receivers.values())
+
+
+def test_a_hand_run_is_silent_unless_asked(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    receivers: dict[str, Receiver],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seed_release(source)
+    config = write_config(
+        tmp_path / "mirror.yaml", source, [target], notify={"channels": channels(monkeypatch, tmp_path, receivers)}
+    )
+    assert main(["sync", VERSION, "--config", str(config)]) == 0
+    assert all(each.received == [] for each in receivers.values())
+
+
+def test_a_failing_run_posts_what_failed_where_and_why(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    receivers: dict[str, Receiver],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seed_release(source)
+    images = [{"name": "hami", "source": "projecthami/hami", "tag": "v9.9.9"}]  # not at the source
+    notify = {"channels": channels(monkeypatch, tmp_path, receivers)}
+    config = write_config(tmp_path / "mirror.yaml", source, [target], images=images, notify=notify)
+
+    assert main(["sync", VERSION, "--config", str(config), "--notify"]) == 1
+
+    for kind, each in receivers.items():
+        assert len(each.received) == 1 and each.received[0].signed, kind
+        text = each.received[0].text()
+        assert f"{VERSION} FAILED: hami" in text and "tag not found at the source" in text, kind
+
+
+def test_a_receiver_down_slow_or_refusing_neither_fails_nor_holds_the_run(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seed_release(source)
+    with (
+        receiver("slack", "", token_of("slack"), delay=60.0) as slow,
+        receiver("dingtalk", secret_of("dingtalk"), token_of("dingtalk")) as refusing,
+        receiver("wecom", "", token_of("wecom")) as down,
+    ):
+        made = channels(
+            monkeypatch, tmp_path, {"slack": slow, "dingtalk": refusing}, {"dingtalk": "SEC-not-the-robots-secret"}
+        )
+        monkeypatch.setenv("NOTIFY_DOWN_URL", down.url.replace(down.url.split("/")[2], "127.0.0.1:9"))
+        made.append({"name": "down", "kind": "wecom", "url_env": "NOTIFY_DOWN_URL"})
+        notify = {"channels": made, "timeout": 1, "attempts": 2, "deadline": 4}
+        config = write_config(tmp_path / "mirror.yaml", source, [target], notify=notify)
+        started = time.monotonic()
+        assert main(["sync", VERSION, "--config", str(config), "--notify"]) == 0
+        took = time.monotonic() - started
+    assert took < 40  # the slow receiver would hold a post for 60 s; the deadline is 4 s
+    warnings = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
+    assert any("dingtalk" in w and "error 310000" in w for w in warnings), warnings
+    assert any(w.startswith("notification to down ") for w in warnings), warnings
+    assert any(w.startswith("notification to slack ") for w in warnings), warnings
+    assert len(refusing.received) == 1 and not refusing.received[0].signed  # refused: not sent again
+    assert not any(token_of("dingtalk") in w or "127.0.0.1:9" in w for w in warnings)
+
+
+def test_a_channel_whose_secret_is_missing_is_refused_at_load(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    channel = {"name": "ding", "kind": "dingtalk", "url_env": "NOT_SET_ANYWHERE"}
+    config = write_config(tmp_path / "mirror.yaml", source, [target], notify={"channels": [channel]})
+    assert main(["sync", VERSION, "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "notify.channels.0" in err and "NOT_SET_ANYWHERE is not set" in err
+    assert [e for e in source.access_log() if e.path != "/v2/"] == []  # nothing sent (/v2/: the fixture saw it up)
