@@ -13,9 +13,13 @@ from typing import Any
 import pytest
 
 from mirror.cli import main
-from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.localregistry import LocalRegistry, free_port
+from mirror.oci import Manifest
+from mirror.registry import RegistryClient
 from tests.receivers import Receiver, receiver
-from tests.support import write_config
+from tests.support import manifest_bytes, with_client, write_config
+from tests.test_crash import wait_for
+from tests.test_service import Service, service_config
 from tests.test_sync import VERSION, seed_release
 
 KINDS = ("dingtalk", "feishu", "wecom", "slack", "webhook")
@@ -167,3 +171,46 @@ def test_a_channel_whose_secret_is_missing_is_refused_at_load(
     err = capsys.readouterr().err
     assert "notify.channels.0" in err and "NOT_SET_ANYWHERE is not set" in err
     assert [e for e in source.access_log() if e.path != "/v2/"] == []  # nothing sent (/v2/: the fixture saw it up)
+
+
+def test_three_replicas_post_one_message_per_job_with_its_link(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, database_url: str
+) -> None:
+    seed_release(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    versions = [VERSION, "v2.11.0", "v2.12.0"]
+    with_client(source, lambda c: _tag(c, index, versions[1:]))
+    with receiver("webhook", secret_of("webhook"), "") as hook:
+        (tmp_path / "hook.url").write_text(hook.url)
+        (tmp_path / "hook.secret").write_text(secret_of("webhook"))
+        channel = {"name": "hook", "kind": "webhook", "url_file": str(tmp_path / "hook.url")}
+        channel["secret_file"] = str(tmp_path / "hook.secret")
+        notify = {"channels": [channel], "public_url": "https://mirror.example.com/"}
+        config = service_config(tmp_path, source, target, database_url=database_url, notify=notify)
+        services = [Service(config, free_port()) for _ in range(3)]
+        for replica in services:
+            replica.start()
+        try:
+            jobs = {}
+            for number, version in enumerate(versions):
+                for replica in services:  # every replica hears of each release
+                    answer = replica.signed({"version": version}, delivery=f"delivery-{number}")
+                    assert answer.status_code == 202, answer.text
+                jobs[version] = answer.json()["id"]
+            done = {v: services[0].wait_done(job_id, seconds=240) for v, job_id in jobs.items()}
+            wait_for(lambda: len(hook.received) >= len(versions), 60)
+        finally:
+            for replica in services:
+                replica.stop()
+    assert all(job["state"] == "succeeded" for job in done.values()), [j["error"] for j in done.values()]
+    messages = [m.json() for m in hook.received]
+    assert all(m.signed for m in hook.received)
+    assert sorted(m["release"] for m in messages) == sorted(versions)  # one per job, not one per replica
+    for message in messages:
+        assert message["values"] == [f"https://mirror.example.com/jobs/{jobs[message['release']]}"]
+        assert message["helm_lines"][0].startswith("helm upgrade --install hami ")
+
+
+async def _tag(client: RegistryClient, index: Manifest, versions: list[str]) -> None:
+    for version in versions:
+        await client.put_manifest("projecthami/hami", version, index)

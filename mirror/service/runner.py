@@ -65,6 +65,7 @@ class JobRunner:
         self.job_shutdown: Shutdown | None = None  # the running job's: SIGTERM or a lost lease stops it
         self.current: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._announcing: set[asyncio.Task[object]] = set()  # notifications on their way: never waited for by a job
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -85,6 +86,8 @@ class JobRunner:
             await asyncio.wait_for(asyncio.shield(self._task), grace + 5)
         except TimeoutError:
             self._task.cancel()
+        if self._announcing:  # each is bounded by notify.deadline
+            await asyncio.wait(self._announcing, timeout=self.settings.notify.deadline)
 
     async def _loop(self) -> None:
         log.info("job runner %s: leases of %.0f s", self.owner, self.lease)
@@ -155,6 +158,7 @@ class JobRunner:
             log.error("job finished after its lease was lost to another replica; its outcome was not recorded")
             return
         self.metrics.observe(results, time.monotonic() - started, ok, time.time())
+        self._announce(job, results, None if results else error)
         if ok:
             log.info("job succeeded")
         else:
@@ -176,6 +180,26 @@ class JobRunner:
         finally:
             current_job.reset(token)
         self.metrics.observe_given_up()
+        self._announce(job, [], job["error"])
+
+    def _announce(self, job: dict[str, Any], results: list[ReleaseResult], error: str | None) -> None:
+        """The job's news to the notify channels, in the background: sent once per job, by the replica that
+        recorded its outcome, and never holding up the next job."""
+        if not self.settings.notify.channels:
+            return
+        from mirror.notify.events import Failed, events_of
+        from mirror.notify.send import notify
+
+        public = self.settings.notify.public_url
+        link = f"{public}/jobs/{job['id']}" if public else None
+        events = events_of(results, link)
+        if error:
+            releases = ", ".join(job.get("versions") or ["discovery"])
+            events.append(Failed(releases, f"job {job['id']}", link or "mirror serve", str(error)))
+        if events:
+            task: asyncio.Task[object] = asyncio.ensure_future(notify(self.settings.notify, events))
+            self._announcing.add(task)
+            task.add_done_callback(self._announcing.discard)
 
     async def _heartbeat(self, job_id: str, shutdown: Shutdown) -> None:
         """Renew the lease at a third of its length. A lease found lost means another replica has the job:
