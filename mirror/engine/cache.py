@@ -5,7 +5,6 @@ that needs it and awaited by every other; nothing here decides anything."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from mirror.engine.blobs import TargetBlobs
 from mirror.engine.clients import Clients, open_client, retry_policy
@@ -14,6 +13,7 @@ from mirror.engine.jobs import ImageJob, TargetRef
 from mirror.engine.referrers import Found, look_up_referrers, read_fallback
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.statecache import ManifestCache, RegistryNotes
+from mirror.engine.tasks import memoised, started
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
 from mirror.oci import Descriptor
@@ -21,10 +21,6 @@ from mirror.registry import RegistryClient
 from mirror.settings import MirrorSettings
 
 ReferrerKey = tuple[str, str, str]  # source registry, repository, digest
-
-
-def _dropped_unless_read(task: asyncio.Task[Any]) -> None:
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read by whoever needs it, or dropped
 
 
 class RunCache:
@@ -67,31 +63,21 @@ class RunCache:
         return self.spool.origin(source) if len(job.targets) > 1 else source
 
     def source_tree(self, job: ImageJob, digest: str) -> asyncio.Task[ManifestTree]:
-        task = self._trees.get(digest)
-        if task is None:
-            source = self.clients[job.source.registry]
-            concurrency = self.settings.transfer.manifest_concurrency
-            task = self._trees[digest] = asyncio.ensure_future(
-                load_tree(source, job.source.name, digest, concurrency, self.manifests)
-            )
-        return task
+        source, concurrency = self.clients[job.source.registry], self.settings.transfer.manifest_concurrency
+        return memoised(
+            self._trees, digest, lambda: load_tree(source, job.source.name, digest, concurrency, self.manifests)
+        )
 
     def target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
         """The target tag's descriptor, asked at once (not memoised: each tag is asked once per image)."""
         client = self.clients[ref.repository.registry]
-        task = asyncio.ensure_future(client.head_manifest(ref.repository.name, job.tag))
-        _dropped_unless_read(task)
-        return task
+        return started(client.head_manifest(ref.repository.name, job.tag))
 
     def look_up_referrers(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
         """The HEADs (and the referrers API) of the look-up, started as soon as the source digest is known; the
         fallback index's listing, a manifest GET, is read only when something needs it (`referrers_of`)."""
         key = (job.source.registry, job.source.name, digest)
-        task = self._referrer_heads.get(key)
-        if task is None:
-            task = self._referrer_heads[key] = asyncio.ensure_future(self._looked_up(job, digest, api))
-            _dropped_unless_read(task)
-        return task
+        return memoised(self._referrer_heads, key, lambda: self._looked_up(job, digest, api))
 
     async def _looked_up(self, job: ImageJob, digest: str, api: bool) -> Found:
         """The look-up, without the referrers API where the source lacked it within the last day."""
@@ -106,11 +92,7 @@ class RunCache:
         """What refers to a source digest, listed in full, once per run for the gate and every target. `api`:
         False once the source is known to lack the referrers API (its tags are still looked at)."""
         key = (job.source.registry, job.source.name, digest)
-        task = self._referrers.get(key)
-        if task is None:
-            task = self._referrers[key] = asyncio.ensure_future(self._listed(job, digest, api))
-            _dropped_unless_read(task)
-        return task
+        return memoised(self._referrers, key, lambda: self._listed(job, digest, api))
 
     async def _listed(self, job: ImageJob, digest: str, api: bool) -> Found:
         """The look-up's HEADs, then the fallback index's listing, read from a target that holds its exact bytes

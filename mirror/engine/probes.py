@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from mirror.engine.tasks import memoised
 from mirror.engine.tree import ManifestTree
 from mirror.oci import Descriptor
 from mirror.registry import RegistryClient
@@ -27,19 +28,13 @@ class TargetProbes:
 
     def manifest(self, repository: str, digest: str) -> asyncio.Task[Descriptor | None]:
         """The manifest `digest` as the target's HEAD describes it, or None where it lacks it."""
-        key = (repository, digest)
-        task = self._manifests.get(key)
-        if task is None:
-            task = self._manifests[key] = _started(self._limited(self.client.head_manifest(repository, digest)))
-        return task
+        ask = self.client.head_manifest
+        return memoised(self._manifests, (repository, digest), lambda: self._limited(ask(repository, digest)))
 
     def blob(self, repository: str, digest: str) -> asyncio.Task[int | None]:
         """The blob's size at the target, or None where it lacks it."""
-        key = (repository, digest)
-        task = self._blobs.get(key)
-        if task is None:
-            task = self._blobs[key] = _started(self._limited(self.client.head_blob(repository, digest)))
-        return task
+        ask = self.client.head_blob
+        return memoised(self._blobs, (repository, digest), lambda: self._limited(ask(repository, digest)))
 
     def tree(self, repository: str, tree: ManifestTree) -> None:
         """Ask at once for every child manifest and blob of `tree` (the root is answered by its tag's HEAD)."""
@@ -55,9 +50,3 @@ class TargetProbes:
     async def _limited(self, request: Awaitable[T]) -> T:
         async with self._limit:
             return await request
-
-
-def _started(work: Awaitable[T]) -> asyncio.Task[T]:
-    task = asyncio.ensure_future(work)
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read by whoever needs it, or dropped
-    return task
