@@ -14,6 +14,9 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # the README's webhook
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)  # the replicas' shared database
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)  # tests at Docker Hub's and ACR's real host names
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool: the alert rules checked and unit-tested
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the status page, tested in a real headless browser
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get" >&2
   as_root apt-get update -qq

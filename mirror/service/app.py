@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from mirror.service import logs
+from mirror.service import logs, page
 from mirror.service.hooks import (
     HookError,
     HookIgnored,
@@ -142,14 +142,16 @@ async def dockerhub_hook(request: Request) -> Response:
 
 
 def authorised(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """The job API answers only requests that carry the configured bearer token."""
+    """The job API answers only requests that carry the configured bearer token, or the status page's session
+    cookie (`page.py`: signed with a key derived from the token, SameSite=Strict; these routes only read)."""
 
     @functools.wraps(route)
     async def checked(request: Request) -> Response:
         try:
             check_bearer(request.app.state.api_token, request.headers.get("authorization"))
         except HookError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            if not page.has_session(request):
+                return JSONResponse({"error": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
         return await route(request)
 
     return checked
@@ -280,6 +282,10 @@ def create_app(settings: MirrorSettings) -> Starlette:
             log.info("service stopped cleanly")
 
     routes = [
+        Route("/", page.status_page, methods=["GET"]),
+        Route("/login", page.login_form, methods=["GET"]),
+        Route("/login", page.login, methods=["POST"]),
+        Route("/logout", page.logout, methods=["POST"]),
         Route("/hooks/ci", ci_hook, methods=["POST"]),
         Route("/hooks/dockerhub/{token}", dockerhub_hook, methods=["POST"]),
         Route("/jobs", list_jobs),
