@@ -1,16 +1,25 @@
 """Prometheus metrics of the service: syncs, bytes, blobs, durations, 429s, Docker Hub's budget, jobs given
-up, and the last success per image and target. The 429s are told by the runs' registry clients
-(`count_retry_status`, the observer the runner gives each run), not read from a global."""
+up, the last success per image and target and of any job, and drift per image and target. The 429s are told by
+the runs' registry clients (`count_retry_status`, the observer the runner gives each run), not read from a
+global. The alert rules and the dashboard over these names are in deploy/monitoring/ (tests/test_monitoring.py
+checks that they use only names rendered here)."""
 
 from __future__ import annotations
 
+import math
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from mirror.engine.blobs import BlobOutcome
+from mirror.engine.outcomes import Drift
 from mirror.report import ReleaseResult
+
+RESULTS = ("succeeded", "failed")
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, now: float | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.syncs = Counter("mirror_syncs", "sync jobs by result", ["result"], registry=r)
@@ -19,14 +28,54 @@ class Metrics:
         self.duration = Histogram(
             "mirror_sync_duration_seconds", "sync job duration", registry=r, buckets=(1, 5, 15, 60, 300, 900, 3600)
         )
-        self.pulls_remaining = Gauge("mirror_dockerhub_pulls_remaining", "Docker Hub pull budget left", registry=r)
+        self.pulls_remaining = Gauge(
+            "mirror_dockerhub_pulls_remaining", "Docker Hub pull budget left (NaN until a job reads it)", registry=r
+        )
+        self.pulls_limit = Gauge(
+            "mirror_dockerhub_pulls_limit", "Docker Hub pull budget per window (NaN while unknown)", registry=r
+        )
+        self.pulls_window = Gauge(
+            "mirror_dockerhub_pulls_window_seconds", "Docker Hub pull budget's window (NaN while unknown)", registry=r
+        )
+        self.pulls_read = Gauge(
+            "mirror_dockerhub_pulls_timestamp_seconds", "when a job last read Docker Hub's pull budget", registry=r
+        )
         self.last_success = Gauge(
             "mirror_last_success_timestamp_seconds", "last verified copy", ["image", "target"], registry=r
+        )
+        self.last_job_success = Gauge(
+            "mirror_last_successful_job_timestamp_seconds",
+            "when a job last succeeded in this process (0: none yet)",
+            registry=r,
+        )
+        self.started = Gauge(
+            "mirror_started_timestamp_seconds", "when this process's metrics began (the service started)", registry=r
+        )
+        self.drift = Gauge(
+            "mirror_drift",
+            "1 while the last job saw the target's tag point elsewhere (left alone), 0 once verified again",
+            ["image", "target"],
+            registry=r,
+        )
+        self.drift_seen = Gauge(
+            "mirror_drift_timestamp_seconds",
+            "when a job last saw the target's tag point elsewhere",
+            ["image", "target"],
+            registry=r,
         )
         self.rate_limited = Counter("mirror_rate_limited_responses", "429 answers seen from registries", registry=r)
         self.given_up = Counter(
             "mirror_jobs_given_up", "jobs failed because their lease ran out service.max_attempts times", registry=r
         )
+        # Every result and outcome exists from the start at 0, so that the first failure after a restart is an
+        # increase (a series born at 1 is not one to `increase()`), and a budget never read is not "0 left".
+        for result in RESULTS:
+            self.syncs.labels(result)
+        for outcome in BlobOutcome:
+            self.blobs.labels(outcome.value)
+        for unknown in (self.pulls_remaining, self.pulls_limit, self.pulls_window):
+            unknown.set(math.nan)
+        self.started.set(time.time() if now is None else now)
 
     def count_retry_status(self, status: int) -> None:
         """A registry's retryable answer (the runs' observer): 429s are counted."""
@@ -40,9 +89,14 @@ class Metrics:
     def observe(self, results: list[ReleaseResult], seconds: float, ok: bool, now: float) -> None:
         self.syncs.labels("succeeded" if ok else "failed").inc()
         self.duration.observe(seconds)
+        if ok:
+            self.last_job_success.set(now)
         for release in results:
-            if release.source_rate_limit is not None:
-                self.pulls_remaining.set(release.source_rate_limit.remaining)
+            if (budget := release.source_rate_limit) is not None:
+                self.pulls_remaining.set(budget.remaining)
+                self.pulls_limit.set(math.nan if budget.limit is None else budget.limit)
+                self.pulls_window.set(math.nan if budget.window_seconds is None else budget.window_seconds)
+                self.pulls_read.set(now)
             for image in release.images:
                 for target in image.targets:
                     self.bytes.inc(target.bytes_uploaded)
@@ -50,6 +104,10 @@ class Metrics:
                         self.blobs.labels(outcome).inc(count)
                     if target.verified:
                         self.last_success.labels(image.name, target.target).set(now)
+                        self.drift.labels(image.name, target.target).set(0)
+                    elif isinstance(target.outcome, Drift):
+                        self.drift.labels(image.name, target.target).set(1)
+                        self.drift_seen.labels(image.name, target.target).set(now)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
