@@ -214,3 +214,26 @@ def test_three_replicas_post_one_message_per_job_with_its_link(
 async def _tag(client: RegistryClient, index: Manifest, versions: list[str]) -> None:
     for version in versions:
         await client.put_manifest("projecthami/hami", version, index)
+
+
+def test_the_cronjobs_discovery_posts_a_new_release_once_and_a_failing_run_its_reason(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed_release(source)
+    with receiver("slack", "", token_of("slack")) as slack:
+        notify = {"channels": channels(monkeypatch, tmp_path, {"slack": slack})}
+        config = write_config(tmp_path / "mirror.yaml", source, [target], notify=notify, discovery={"newest": 1})
+
+        assert main(["sync", "--discover", "--config", str(config)]) == 0  # as deploy/base/cronjob.yaml runs it
+        assert main(["sync", "--discover", "--config", str(config)]) == 0  # the next schedule: nothing new
+        assert len(slack.received) == 1
+        text = slack.received[0].text()
+        assert f"{VERSION} mirrored to t0" in text and "helm upgrade --install hami hami-charts/hami" in text
+
+        target.stop()  # the next run cannot reach the target
+        assert main(["sync", "--discover", "--config", str(config)]) == 1
+    assert len(slack.received) == 2
+    failed = slack.received[1].text()  # one message for the run, each failure a line
+    assert f"{VERSION} FAILED: hami -> t0 and 1 more" in failed
+    assert f"hami -> t0: resolve {target.host}/mirrored/hami:{VERSION}: registry unreachable" in failed
+    assert "kube-webhook-certgen -> t0: resolve" in failed

@@ -37,7 +37,9 @@ def headline(event: Event) -> str:
         case Mirrored():
             return f"mirror: {event.release} mirrored to {event.target}"
         case Failed():
-            return f"mirror: {event.release} FAILED: {event.what} -> {event.where}"
+            first = event.failures[0]
+            more = f" and {len(event.failures) - 1} more" if len(event.failures) > 1 else ""
+            return f"mirror: {event.release} FAILED: {first.what} -> {first.where}{more}"
         case Drifted():
             return f"mirror: {event.release} drift: {event.image} at {event.target}"
 
@@ -53,7 +55,7 @@ def lines(event: Event) -> list[str]:
                 *event.helm_lines,
             ]
         case Failed():
-            return [f"{event.what} -> {event.where}: {event.reason}"]
+            return [f"{f.what} -> {f.where}: {f.reason}" for f in event.failures]
         case Drifted():
             return [f"{event.image} -> {event.target}: {event.reason}"]
 

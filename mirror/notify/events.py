@@ -22,11 +22,18 @@ class Mirrored:
 
 
 @dataclass(frozen=True, slots=True)
-class Failed:
-    release: str
+class Failure:
     what: str
     where: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Every failure of one release in a run: one message, not one per image and target."""
+
+    release: str
+    failures: tuple[Failure, ...]
 
     kind = "failed"
 
@@ -74,15 +81,15 @@ def _mirrored(release: ReleaseResult, values_link: str | None) -> list[Event]:
 
 
 def _failed(release: ReleaseResult) -> list[Event]:
-    events: list[Event] = []
+    failures: list[Failure] = []
     for image in release.images:
         if image.error:
-            events.append(Failed(release.version, image.name, image.source, image.error))
+            failures.append(Failure(image.name, image.source, image.error))
         for target in image.targets:
             if target.error and not isinstance(target.outcome, Drift):
-                events.append(Failed(release.version, image.name, target.target, target.error))
-    events += [Failed(release.version, "values", "delivery", error) for error in release.errors]
-    return events
+                failures.append(Failure(image.name, target.target, target.error))
+    failures += [Failure("values", "delivery", error) for error in release.errors]
+    return [Failed(release.version, tuple(failures))] if failures else []
 
 
 def _drifted(release: ReleaseResult) -> list[Event]:
