@@ -14,6 +14,7 @@ import pytest
 
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, free_port
+from mirror.demo.sample import push_single
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
 from tests.receivers import Receiver, receiver
@@ -237,3 +238,23 @@ def test_the_cronjobs_discovery_posts_a_new_release_once_and_a_failing_run_its_r
     assert f"{VERSION} FAILED: hami -> t0 and 1 more" in failed
     assert f"hami -> t0: resolve {target.host}/mirrored/hami:{VERSION}: registry unreachable" in failed
     assert "kube-webhook-certgen -> t0: resolve" in failed
+
+
+def test_drift_at_a_target_is_posted_to_the_channels_that_want_it(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed_release(source)
+    other = with_client(target, lambda c: push_single(c, "mirrored/hami", VERSION, seed=9))
+    with (
+        receiver("webhook", secret_of("webhook"), "") as hook,
+        receiver("slack", "", token_of("slack")) as quiet,
+    ):
+        made = channels(monkeypatch, tmp_path, {"webhook": hook, "slack": quiet})
+        made[1]["events"] = ["mirrored"]  # this channel hears of landings only
+        config = write_config(tmp_path / "mirror.yaml", source, [target], notify={"channels": made})
+        assert main(["sync", VERSION, "--config", str(config), "--notify"]) == 1
+    drift = [m.json() for m in hook.received if m.json()["event"] == "drift"]
+    assert len(drift) == 1 and hook.received[0].signed
+    assert drift[0]["image"] == "hami" and drift[0]["target"] == "t0" and other.digest in drift[0]["reason"]
+    assert [m.json()["event"] for m in hook.received].count("failed") == 0  # drift is not also a failure message
+    assert [m.text() for m in quiet.received if "drift" in m.text()] == []
