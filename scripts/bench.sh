@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The benchmark: mirror vs skopeo on local registries. Writes bench/results/latest.md.
+# The benchmark: mirror vs skopeo on local registries. Writes bench/results/latest.md (--out DIR elsewhere).
+# Every part but `scaling` by default (about 13 minutes on 2 idle cores); one or a few alone with `--only scale,tls`,
+# the TLS/HTTP2 comparison alone with `--tls`; `--help` lists the parts and their settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
