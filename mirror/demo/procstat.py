@@ -4,6 +4,7 @@ runs: a forked child's own rusage would also count the pages it shared with its 
 from __future__ import annotations
 
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +19,20 @@ class Measured:
 
 
 def run_measured(command: list[str], poll: float = 0.01) -> Measured:
+    """Run `command` to its end. Its stderr goes to a file, not a pipe: a run that logs more than a pipe holds
+    (64 KiB) would otherwise block on it while nobody reads until it exits."""
     started = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    status = Path(f"/proc/{process.pid}/status")
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)
+        peak_kb = _watch(process, Path(f"/proc/{process.pid}/status"), poll)
+        seconds = time.monotonic() - started
+        errors.seek(0)
+        stderr = errors.read().decode("utf-8", errors="replace")
+    return Measured(process.returncode, seconds, peak_kb / 1024, stderr)
+
+
+def _watch(process: subprocess.Popen[bytes], status: Path, poll: float) -> int:
+    """The highest VmHWM (kB) seen while the process runs."""
     peak_kb = 0
     while process.poll() is None:
         try:
@@ -30,6 +42,4 @@ def run_measured(command: list[str], poll: float = 0.01) -> Measured:
         except (OSError, ValueError):
             pass
         time.sleep(poll)
-    seconds = time.monotonic() - started
-    stderr = process.stderr.read() if process.stderr else ""
-    return Measured(process.returncode, seconds, peak_kb / 1024, stderr)
+    return peak_kb

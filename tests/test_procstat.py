@@ -1,0 +1,14 @@
+"""The process meter the benchmark and the memory tests use: a chatty run is not blocked on its stderr."""
+
+from __future__ import annotations
+
+import sys
+
+from mirror.demo.procstat import run_measured
+
+
+def test_a_run_that_logs_more_than_a_pipe_holds_is_measured_to_its_end() -> None:
+    script = "import sys; sys.stderr.write('log line\\n' * 40_000); sys.exit(3)"  # 320 KB: five pipes' worth
+    measured = run_measured([sys.executable, "-c", script], poll=0.05)
+    assert measured.returncode == 3
+    assert measured.stderr.count("log line\n") == 40_000
