@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what mirror needs on a Debian/Ubuntu machine: the registry binary for the demo and the tests,
-# PostgreSQL for the replica tests, python3-venv, and a virtualenv in .venv with mirror and its dev tools. Safe to run again.
+# PostgreSQL for the replica tests, python3-venv, and a virtualenv in .venv with mirror and its dev tools; with
+# --tests also promtool and chromium with its driver, which only the test suite uses. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,9 +15,11 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # the README's webhook
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)  # the replicas' shared database
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)  # tests at Docker Hub's and ACR's real host names
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool: the alert rules checked and unit-tested
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the status page, tested in a real headless browser
-command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+if [ "${1:-}" = "--tests" ]; then  # what only the test suite needs (scripts/test.sh); the demo goes without
+  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # the alert rules, checked and unit-tested
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the status page, tested in a real headless browser
+  command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get" >&2
   as_root apt-get update -qq

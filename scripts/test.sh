@@ -2,7 +2,7 @@
 # The whole check: lint, types, and the test suite against real local registries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+scripts/bootstrap.sh --tests
 echo "== ruff"
 .venv/bin/ruff check mirror tests bench
 echo "== ruff format"
