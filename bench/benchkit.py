@@ -4,30 +4,22 @@ requests a registry logged, and the goals."""
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import os
 import random
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from linkproxy import LinkProxy, LinkShape
 
+from mirror.demo import certs, procstat
 from mirror.demo.localregistry import AccessEntry, LocalRegistry, client_settings, start_registry
 from mirror.demo.procstat import Measured
 from mirror.demo.sample import MiB, SampleBuilder
@@ -175,33 +167,14 @@ class ToolFailed(RuntimeError):
 
 
 def run_measured(command: list[str], timeout: float | None = None, poll: float = 0.01) -> Measured:
-    """As `mirror.demo.procstat.run_measured` (wall time, peak VmHWM read from /proc while it runs), but stderr
-    goes to a file, not a pipe read at the end (a child writing more than the pipe holds would block on it), and
-    a child still running after `timeout` (default TIMEOUT) is killed with its process group: ToolFailed."""
+    """`mirror.demo.procstat.run_measured` (wall time, peak VmHWM read from /proc while it runs, stderr to a
+    file); a child still running after `timeout` (default TIMEOUT) is killed with its process group: ToolFailed."""
     timeout = TIMEOUT if timeout is None else timeout
-    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errors:
-        started = time.monotonic()
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
-        status = Path(f"/proc/{process.pid}/status")
-        peak_kb = 0
-        while process.poll() is None:
-            try:
-                for line in status.read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peak_kb = max(peak_kb, int(line.split()[1]))
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() - started > timeout:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                errors.seek(0)
-                tail = errors.read()[-1500:]
-                raise ToolFailed(f"{' '.join(command[:4])} ... still running after {timeout:g} s, killed:\n{tail}")
-            time.sleep(poll)
-        seconds = time.monotonic() - started
-        errors.seek(0)
-        return Measured(process.returncode, seconds, peak_kb / 1024, errors.read())
+    try:
+        return procstat.run_measured(command, poll, timeout)
+    except subprocess.TimeoutExpired as expired:
+        tail = (expired.stderr or b"").decode("utf-8", errors="replace")[-1500:]
+        raise ToolFailed(f"{' '.join(command[:4])} ... still running after {timeout:g} s, killed:\n{tail}") from None
 
 
 def run_mirror(config: Path) -> Measured:
@@ -506,45 +479,11 @@ class Certificates:
 def make_certificates(directory: Path) -> Certificates:
     """A throwaway CA and a server certificate for 127.0.0.1 and localhost, valid for a day."""
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mirror bench CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    server = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-    certs = Certificates(directory / "ca.pem", directory / "server.pem", directory / "server.key", directory / "certs")
-    certs.ca.write_bytes(ca_pem)
-    certs.cert.write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    certs.key.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    certs.cert_dir.mkdir(exist_ok=True)
-    (certs.cert_dir / "ca.crt").write_bytes(ca_pem)
-    return certs
+    ca, cert, key = certs.make_certificates(directory, {"localhost": "127.0.0.1"})
+    made = Certificates(ca, cert, key, directory / "certs")
+    made.cert_dir.mkdir(exist_ok=True)
+    (made.cert_dir / "ca.crt").write_bytes(ca.read_bytes())
+    return made
 
 
 @contextlib.contextmanager
