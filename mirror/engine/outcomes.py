@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirror.engine.policy import Dropped
+from mirror.oci import Descriptor
 
 # -- what a target tag needs ---------------------------------------------------------------------------
 
@@ -17,7 +18,7 @@ class Current:
     """The tag is a verified copy of the source, or of mirror's rewrite of it (`digest`)."""
 
     digest: str
-    children: tuple[str, ...] | None = None  # the index's children, when verification read them
+    children: tuple[Descriptor, ...] | None = None  # the index's entries, when verification read them
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,10 +27,15 @@ class Dropped:
         return {"digest": self.digest, "platform": self.platform, "reason": self.reason}
 
 
+def describes_another(entry: Descriptor) -> bool:
+    """A BuildKit attestation manifest (platform unknown/unknown, reference type attestation-manifest): data about
+    another entry of the index, never an image, and never itself signed."""
+    return entry.annotations.get("vnd.docker.reference.type") == ATTESTATION or entry.platform == "unknown/unknown"
+
+
 def is_runnable(entry: Descriptor, child: Manifest) -> bool:
-    """An image a node can run: not a BuildKit attestation (platform unknown/unknown, reference type
-    attestation-manifest) and with an image config."""
-    if entry.annotations.get("vnd.docker.reference.type") == ATTESTATION or entry.platform == "unknown/unknown":
+    """An image a node can run: not an attestation manifest, and with an image config."""
+    if describes_another(entry):
         return False
     return child.config is not None and child.config.media_type in IMAGE_CONFIG_TYPES
 

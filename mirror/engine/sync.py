@@ -22,6 +22,7 @@ from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_job
 from mirror.engine.lock import target_locks
 from mirror.engine.namespaces import prepare_namespaces
 from mirror.engine.plan import apply_policy
+from mirror.engine.policy import describes_another
 from mirror.engine.referrers import Found
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.target import SyncOptions, TargetStages
@@ -154,8 +155,9 @@ class Syncer:
 
     def _probe_targets(self, job: ImageJob, digest: str) -> None:
         """Where an earlier run kept the source tree by digest, ask each target at once for every child and blob
-        it should hold: the tag's answer then finds the verification's (or the plan's) on its way. Not in
-        discovery, which trusts a matching tag without them."""
+        it should hold, and the source for what refers to each image of the index: the tag's answer then finds
+        the verification's (or the plan's) and the look-ups on their way. Not in discovery, which trusts a
+        matching tag without them."""
         tree = None if self.options.trust_matching_tags else known_tree(self.cache.manifests, digest)
         if tree is None:
             return
@@ -166,6 +168,10 @@ class Syncer:
             except MirrorError:
                 continue  # the copy stage says why
             self.cache.blobs[ref.repository.registry].probes.tree(ref.repository.name, kept)
+            if ref.target.referrers and kept.digest == digest:  # a rewritten index carries no referrers
+                for entry in kept.root.manifests:
+                    if not describes_another(entry):
+                        self.cache.look_up_referrers(job, entry.digest)
 
     async def _resolve(self, job: ImageJob) -> Descriptor | str:
         """The source's descriptor, or why there is none."""

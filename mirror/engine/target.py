@@ -30,7 +30,7 @@ from mirror.engine.outcomes import (
     rewrite_of,
 )
 from mirror.engine.plan import apply_policy, plan_target
-from mirror.engine.policy import source_digest_of
+from mirror.engine.policy import describes_another, source_digest_of
 from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referrers
 from mirror.engine.statecache import ManifestCache
 from mirror.engine.tree import manifest_by_digest
@@ -57,11 +57,11 @@ class SyncOptions:
 @dataclass(frozen=True, slots=True)
 class Reached:
     """Where the stages left the tag: the job as copied (its tag, a pinned digest's own where the chart's moved),
-    the outcome, and the index's children where a stage read them."""
+    the outcome, and the index's entries where a stage read them."""
 
     job: ImageJob
     outcome: Outcome
-    children: tuple[str, ...] | None = None
+    children: tuple[Descriptor, ...] | None = None
 
 
 class TargetStages:
@@ -203,7 +203,7 @@ class TargetStages:
     ) -> Copied | Failed:
         """After a copy, only the tag: each push was confirmed as it went."""
         client = self.cache.clients[ref.repository.registry]
-        expected_children = list(_children(stats) or ()) if stats.root.is_index else None
+        expected_children = [d.digest for d in _children(stats)] if stats.root.is_index else None
         check = await self._verify(
             client, ref.repository.name, job.tag, copied.digest, expected_children, tag_only=True
         )
@@ -218,10 +218,11 @@ class TargetStages:
         ref: TargetRef,
         resolved: Descriptor,
         outcome: UpToDate | Copied,
-        children: tuple[str, ...] | None,
+        children: tuple[Descriptor, ...] | None,
     ) -> Carried | None:
-        """Signatures, attestations and SBOMs of the image's index and of each of its children (as the copy or
-        the verification saw them, else read from the target), where the target keeps the source's digest."""
+        """Signatures, attestations and SBOMs of the image's index and of each of its images (as the copy or the
+        verification saw them, else read from the target), where the target keeps the source's digest. Not of its
+        attestation manifests: nothing signs those, and asking would cost four look-ups each."""
         if not ref.target.referrers:
             return None
         if outcome.digest != resolved.digest:
@@ -231,7 +232,8 @@ class TargetStages:
         root = await asyncio.shield(self.cache.referrers_of(job, resolved.digest))
         if children is None:
             children = await _children_at(target, ref.repository.name, resolved, self.cache.manifests)
-        found = [root, *await asyncio.gather(*(self._shielded_referrers(job, c, root.api) for c in children))]
+        subjects = [c.digest for c in children if not describes_another(c)]
+        found = [root, *await asyncio.gather(*(self._shielded_referrers(job, d, root.api) for d in subjects))]
         source = ArtifactSource(
             lambda digest: asyncio.shield(self.cache.source_tree(job, digest)), self.cache.origin_for(job)
         )
@@ -239,7 +241,7 @@ class TargetStages:
         parts = await asyncio.gather(
             *(
                 carry_referrers(source, target, ref.repository.name, blobs, digest, each, attestations)
-                for digest, each in zip([resolved.digest, *children], found, strict=True)
+                for digest, each in zip([resolved.digest, *subjects], found, strict=True)
             )
         )
         carried = Carried([c for p in parts for c in p.carried], [c for p in parts for c in p.left_out])
@@ -292,8 +294,8 @@ class TargetStages:
         )
 
 
-def _children(stats: CopyStats) -> tuple[str, ...]:
-    return tuple(d.digest for d in stats.root.manifests)
+def _children(stats: CopyStats) -> tuple[Descriptor, ...]:
+    return tuple(stats.root.manifests)
 
 
 async def _expected_digest(
@@ -309,8 +311,8 @@ async def _expected_digest(
 
 async def _children_at(
     target: RegistryClient, repository: str, resolved: Descriptor, known: ManifestCache
-) -> tuple[str, ...]:
-    """The child digests of an index, read from the target's verified copy (the source gets no GET)."""
+) -> tuple[Descriptor, ...]:
+    """The entries of an index, read from the target's verified copy (the source gets no GET)."""
     if resolved.media_type not in INDEX_TYPES:
         return ()
-    return tuple(d.digest for d in (await manifest_by_digest(target, repository, resolved.digest, known)).manifests)
+    return tuple((await manifest_by_digest(target, repository, resolved.digest, known)).manifests)

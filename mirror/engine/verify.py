@@ -25,7 +25,7 @@ class Known:
 @dataclass(frozen=True, slots=True)
 class Verification:
     problems: tuple[str, ...]
-    children: tuple[str, ...] | None = None  # the index's child digests, when the root was read
+    children: tuple[Descriptor, ...] | None = None  # the index's entries, when the root was read
 
     @property
     def ok(self) -> bool:
@@ -72,7 +72,7 @@ async def verify_copy(
     except (RegistryError, ManifestError) as exc:
         checks.cancel()
         return Verification((str(exc),))
-    return Verification(tuple(dict.fromkeys(problems)), tuple(d.digest for d in root.manifests))
+    return Verification(tuple(dict.fromkeys(problems)), tuple(root.manifests))
 
 
 class _BlobChecks:
