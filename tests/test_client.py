@@ -4,7 +4,11 @@ loopback for answers over every limit."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -20,6 +24,7 @@ from mirror.registry.client import MAX_TAG_PAGE_BYTES
 from mirror.registry.errors import IntegrityError, parse_error_body
 from mirror.registry.options import ClientOptions
 from mirror.registry.retry import RetryPolicy
+from mirror.registry.sockets import pooled_transport
 from mirror.registry.transport import layered
 from tests.support import http_server, with_client
 
@@ -272,3 +277,47 @@ async def test_a_streamed_blob_is_not_read_ahead_into_memory_but_a_small_documen
     async with client.http.stream("GET", "/v2/ns/r/blobs/sha256:" + "6" * 64) as response:  # no extension
         assert bodies[-1].taken == 16 and response.is_stream_consumed
     await client.aclose()
+
+
+async def test_an_idle_connection_the_server_closed_is_noticed_before_it_is_reused() -> None:
+    """The pool's network backend (registry/sockets.py) answers httpcore's "has the server closed this idle
+    connection?" from the socket it looked up once: a connection closed while idle is dropped, not reused."""
+    closed = threading.Event()
+    peers: list[int] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            peers.append(self.client_address[1])
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+            self.wfile.flush()
+            if len(peers) == 1:  # keep-alive was offered; the server closes the connection anyway
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                closed.set()
+
+    with http_server(Handler) as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        limits = httpx.Limits(max_connections=1, keepalive_expiry=600)  # not dropped for its age
+        transport = pooled_transport(limits, verify=False, http2=False)
+        async with httpx.AsyncClient(transport=transport) as client:  # no retry layer: a reuse would fail
+            assert (await client.get(url)).text == "ok"
+            assert await asyncio.to_thread(closed.wait, 30)
+            await asyncio.to_thread(_readable_within, transport, 30)
+            assert (await client.get(url)).text == "ok"
+    assert len(peers) == 2 and peers[0] != peers[1]  # the second request came on a new connection
+
+
+def _readable_within(transport: httpx.AsyncHTTPTransport, seconds: float) -> None:
+    """Wait until the closed connection's end of file has reached the client's socket (or the pool, seeing it
+    already, has dropped the connection)."""
+    deadline = time.monotonic() + seconds
+    while any(not c.has_expired() for c in transport._pool.connections) and time.monotonic() < deadline:
+        time.sleep(0.01)

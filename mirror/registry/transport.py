@@ -12,6 +12,7 @@ from mirror.registry.deadline import DeadlineTransport
 from mirror.registry.options import ClientOptions
 from mirror.registry.poollimit import PoolLimitTransport
 from mirror.registry.retry import RetryPolicy, RetryTransport, StatusObserver
+from mirror.registry.sockets import pooled_transport
 
 USER_AGENT = f"mirror/{__version__}"
 
@@ -45,8 +46,8 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
 
     limits = httpx.Limits(max_connections=options.max_connections, max_keepalive_connections=options.max_connections)
     # A plain-HTTP registry never uses TLS: skip loading the CA bundle (tens of milliseconds at start-up).
-    connections = httpx.AsyncHTTPTransport(
-        limits=limits, verify=not options.plain_http, http2=options.http2 and not options.plain_http
+    connections = pooled_transport(
+        limits, verify=not options.plain_http, http2=options.http2 and not options.plain_http
     )
     return httpx.AsyncClient(
         base_url=base_url(host, options.plain_http),
