@@ -291,10 +291,65 @@ externalPrometheus:
   address: "http://prometheus-kube-prometheus-prometheus.prometheus.svc.cluster.local:9090"
 """
 
-WEBUI_HELPERS = """{{- define "hami-webui.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
-{{- end }}
+NAMING = """{{- define "@.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc @NAME | trimSuffix "-" -}}
+{{- end -}}
 
+{{- define "@.fullname" -}}
+@OVERRIDE{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc @FULL | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc @FULL | trimSuffix "-" -}}
+{{- end -}}
+@END{{- end -}}
+
+{{- define "@.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+"""
+FULLNAME_OVERRIDE = """{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc @FULL | trimSuffix "-" -}}
+{{- else -}}
+"""
+PULL_SECRETS = """{{- define "@.imagePullSecrets" -}}
+{{- range @SECRETS }}
+  {{- if eq (typeOf .) "map[string]interface {}" }}
+- {{ toYaml . | trim }}
+  {{- else }}
+- name: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+"""
+SELECTOR_LABELS = """{{- define "@.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "@.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+"""
+
+
+def naming_helpers(chart: str, name_length: int = 63, fullname_length: int = 63, override: bool = True) -> str:
+    """The name, fullname and namespace helpers of `helm create`, with each upstream chart's name lengths and
+    with or without its fullnameOverride."""
+    fullname = NAMING.replace("@OVERRIDE", FULLNAME_OVERRIDE if override else "")
+    fullname = fullname.replace("@END", "{{- end -}}\n" if override else "")
+    text = fullname.replace("@NAME", str(name_length)).replace("@FULL", str(fullname_length))
+    return text.replace("@.", chart + ".")
+
+
+def pull_secrets_helper(chart: str, secrets: str) -> str:
+    return PULL_SECRETS.replace("@SECRETS", secrets).replace("@.", chart + ".")
+
+
+def selector_labels_helper(chart: str) -> str:
+    return SELECTOR_LABELS.replace("@.", chart + ".")
+
+
+WEBUI_HELPERS = (
+    naming_helpers("hami-webui")
+    + selector_labels_helper("hami-webui")
+    + """
 {{/*
 An image reference: a digest, when set, wins over the tag and renders repository@digest.
 */}}
@@ -313,28 +368,6 @@ An image reference: a digest, when set, wins over the tag and renders repository
 {{- end -}}
 {{- end -}}
 
-{{- define "hami-webui.fullname" -}}
-{{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
-{{- else }}
-{{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
-{{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
-{{- end }}
-{{- end }}
-{{- end }}
-
-{{- define "hami-webui.namespace" -}}
-{{- default .Release.Namespace .Values.namespaceOverride -}}
-{{- end -}}
-
-{{- define "hami-webui.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "hami-webui.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-{{- end }}
-
 {{- define "hami-webui.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "hami-webui.selectorLabels" . }}
@@ -350,6 +383,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 """
+)
 
 WEBUI_DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment
@@ -549,32 +583,10 @@ affinity: {}
 kubeletPath: "/var/lib/kubelet/pod-resources"
 """
 
-DCGM_HELPERS = """{{- define "dcgm-exporter.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{- define "dcgm-exporter.fullname" -}}
-{{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- $name := default .Chart.Name .Values.nameOverride -}}
-{{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-
-{{- define "dcgm-exporter.namespace" -}}
-{{- default .Release.Namespace .Values.namespaceOverride -}}
-{{- end -}}
-
-{{- define "dcgm-exporter.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "dcgm-exporter.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-{{- end -}}
-
+DCGM_HELPERS = (
+    naming_helpers("dcgm-exporter")
+    + selector_labels_helper("dcgm-exporter")
+    + """
 {{- define "dcgm-exporter.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{ default (include "dcgm-exporter.fullname" .) .Values.serviceAccount.name }}
@@ -583,6 +595,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 """
+)
 
 DCGM_DAEMONSET = """apiVersion: apps/v1
 kind: DaemonSet
@@ -770,44 +783,18 @@ prometheus:
     retention: 10d
 """
 
-KPS_HELPERS = """{{- define "kube-prometheus-stack.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 50 | trimSuffix "-" -}}
-{{- end }}
-
-{{- define "kube-prometheus-stack.fullname" -}}
-{{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 26 | trimSuffix "-" -}}
-{{- else -}}
-{{- $name := default .Chart.Name .Values.nameOverride -}}
-{{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 26 | trimSuffix "-" -}}
-{{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 26 | trimSuffix "-" -}}
-{{- end -}}
-{{- end -}}
-{{- end }}
-
-{{- define "kube-prometheus-stack.namespace" -}}
-{{- default .Release.Namespace .Values.namespaceOverride -}}
-{{- end }}
-
+KPS_HELPERS = (
+    naming_helpers("kube-prometheus-stack", name_length=50, fullname_length=26)
+    + pull_secrets_helper("kube-prometheus-stack", ".Values.global.imagePullSecrets")
+    + """
 {{- define "kube-prometheus-stack.labels" }}
 release: {{ $.Release.Name | quote }}
 heritage: {{ $.Release.Service | quote }}
 app.kubernetes.io/part-of: {{ template "kube-prometheus-stack.name" . }}
 chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
-
-{{- define "kube-prometheus-stack.imagePullSecrets" -}}
-{{- range .Values.global.imagePullSecrets }}
-  {{- if eq (typeOf .) "map[string]interface {}" }}
-- {{ toYaml . | trim }}
-  {{- else }}
-- name: {{ . }}
-  {{- end }}
-{{- end }}
-{{- end -}}
 """
+)
 
 KPS_OPERATOR = """{{- if .Values.prometheusOperator.enabled }}
 apiVersion: apps/v1
@@ -1008,19 +995,9 @@ adminUser: admin
 nodeSelector: {}
 """
 
-GRAFANA_HELPERS = """{{- define "grafana.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
-{{- end }}
-
-{{- define "grafana.fullname" -}}
-{{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
-{{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
-{{- end }}
-{{- end }}
-
+GRAFANA_HELPERS = (
+    naming_helpers("grafana", override=False)
+    + """
 {{/*
 The registry of an image, with a trailing slash: global.imageRegistry when set, else the image's own.
 */}}
@@ -1043,6 +1020,7 @@ The registry of an image, with a trailing slash: global.imageRegistry when set, 
 {{- end }}
 {{- end }}
 """
+)
 
 GRAFANA_DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment
@@ -1136,33 +1114,10 @@ prometheus:
     additionalLabels: {}
 """
 
-KSM_HELPERS = """{{- define "kube-state-metrics.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{- define "kube-state-metrics.fullname" -}}
-{{- $name := default .Chart.Name .Values.nameOverride -}}
-{{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-{{- end -}}
-
-{{- define "kube-state-metrics.namespace" -}}
-{{- default .Release.Namespace .Values.namespaceOverride -}}
-{{- end -}}
-
-{{- define "kube-state-metrics.imagePullSecrets" -}}
-{{- range (concat .Values.global.imagePullSecrets .imagePullSecrets) }}
-  {{- if eq (typeOf .) "map[string]interface {}" }}
-- {{ toYaml . | trim }}
-  {{- else }}
-- name: {{ . }}
-  {{- end }}
-{{- end }}
-{{- end -}}
-
+KSM_HELPERS = (
+    naming_helpers("kube-state-metrics", override=False)
+    + pull_secrets_helper("kube-state-metrics", "(concat .Values.global.imagePullSecrets .imagePullSecrets)")
+    + """
 {{/*
 The image to use for kube-state-metrics
 */}}
@@ -1182,6 +1137,7 @@ The image to use for kube-state-metrics
 {{- end }}
 {{- end }}
 """  # noqa: E501 - the real template's lines
+)
 
 KSM_DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment
