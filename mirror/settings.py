@@ -642,6 +642,25 @@ def _long_enough(value: SecretStr | None) -> SecretStr | None:
     return value
 
 
+def _strong_secrets(*fields: str) -> Any:
+    """A validator refusing an empty or short inline secret in any of `fields`."""
+
+    def strong(cls: type[BaseModel], value: SecretStr | None) -> SecretStr | None:
+        return _long_enough(value)
+
+    return field_validator(*fields)(classmethod(strong))
+
+
+def _inline_or_file(label: str, inline: str) -> Any:
+    """A validator refusing a secret given both inline (`inline`) and in a file (`<inline>_file`)."""
+
+    def one(model: BaseModel) -> BaseModel:
+        _one_source(label, **{inline: getattr(model, inline), f"{inline}_file": getattr(model, f"{inline}_file")})
+        return model
+
+    return model_validator(mode="after")(one)
+
+
 def read_secret_file(path: Path) -> bytes:
     with path.open("rb") as stream:
         return stream.read(MAX_SECRET_FILE_BYTES + 1).strip()
@@ -753,15 +772,8 @@ class WebhookSettings(_Model):
     dockerhub_token: SecretStr | None = None  # the <token> in POST /hooks/dockerhub/<token>
     max_body: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
 
-    @field_validator("secret", "dockerhub_token")
-    @classmethod
-    def _strong(cls, value: SecretStr | None) -> SecretStr | None:
-        return _long_enough(value)
-
-    @model_validator(mode="after")
-    def _one_secret(self) -> WebhookSettings:
-        _one_source("webhook secret", secret=self.secret, secret_file=self.secret_file)
-        return self
+    _strong = _strong_secrets("secret", "dockerhub_token")
+    _one_secret = _inline_or_file("webhook secret", "secret")
 
     def secret_value(self) -> bytes | None:
         return secret_bytes(self.secret, self.secret_file)
@@ -784,15 +796,8 @@ class ServiceSettings(_Model):
     keepalive_seconds: float = Field(default=5.0, gt=0, le=300.0)
     max_connections: int = Field(default=100, ge=1, le=10000)
 
-    @field_validator("api_token")
-    @classmethod
-    def _strong(cls, value: SecretStr | None) -> SecretStr | None:
-        return _long_enough(value)
-
-    @model_validator(mode="after")
-    def _one_token(self) -> ServiceSettings:
-        _one_source("service api token", api_token=self.api_token, api_token_file=self.api_token_file)
-        return self
+    _strong = _strong_secrets("api_token")
+    _one_token = _inline_or_file("service api token", "api_token")
 
     def api_token_value(self) -> bytes | None:
         return secret_bytes(self.api_token, self.api_token_file)
