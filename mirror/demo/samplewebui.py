@@ -95,76 +95,81 @@ class WebuiImage:
         return f"{self.repository}:{self.tag}"
 
 
+_OPERATOR = (f"{KPS}.enabled", f"{KPS}.prometheusOperator.enabled")
+_HOOKS = (*_OPERATOR, f"{KPS}.prometheusOperator.admissionWebhooks.enabled")
+SUBCHART_IMAGES = (  # the same for every WebUI version: its subcharts' own images, off unless enabled
+    WebuiImage(
+        "dcgm-exporter",
+        "dcgm-exporter.image",
+        "nvcr",
+        "nvidia/k8s/dcgm-exporter",
+        DCGM_TAG,
+        "container",
+        ("dcgm-exporter.enabled",),
+        multiarch=True,
+    ),
+    WebuiImage(
+        KPS,
+        f"{KPS}.prometheus.prometheusSpec.image",
+        "quay",
+        "prometheus/prometheus",
+        PROMETHEUS_TAG,
+        "Prometheus spec.image",
+        (f"{KPS}.enabled", f"{KPS}.prometheus.enabled"),
+    ),
+    WebuiImage(
+        KPS,
+        f"{KPS}.prometheusOperator.image",
+        "quay",
+        "prometheus-operator/prometheus-operator",
+        KPS_APP_VERSION,
+        "container",
+        _OPERATOR,
+    ),
+    WebuiImage(
+        KPS,
+        f"{KPS}.prometheusOperator.prometheusConfigReloader.image",
+        "quay",
+        "prometheus-operator/prometheus-config-reloader",
+        KPS_APP_VERSION,
+        "operator argument",
+        _OPERATOR,
+    ),
+    WebuiImage(
+        KPS,
+        f"{KPS}.prometheusOperator.admissionWebhooks.patch.image",
+        "k8s",
+        "ingress-nginx/kube-webhook-certgen",
+        CERTGEN_TAG,
+        "container",
+        (*_HOOKS, f"{KPS}.prometheusOperator.admissionWebhooks.patch.enabled"),
+    ),
+    WebuiImage(
+        "grafana",
+        f"{KPS}.grafana.image",
+        "hub",
+        "grafana/grafana",
+        GRAFANA_APP_VERSION,
+        "container",
+        (f"{KPS}.enabled", f"{KPS}.grafana.enabled"),
+    ),
+    WebuiImage(
+        "kube-state-metrics",
+        f"{KPS}.kube-state-metrics.image",
+        "k8s",
+        "kube-state-metrics/kube-state-metrics",
+        f"v{KSM_APP_VERSION}",
+        "container",
+        (f"{KPS}.enabled", f"{KPS}.kubeStateMetrics.enabled"),
+    ),
+)
+
+
 def webui_images(version: str = "1.3.0") -> tuple[WebuiImage, ...]:
-    operator = (f"{KPS}.enabled", f"{KPS}.prometheusOperator.enabled")
-    hooks = (*operator, f"{KPS}.prometheusOperator.admissionWebhooks.enabled")
     return (
         WebuiImage("hami-webui", "image.frontend", "hub", FRONTEND, f"v{version}", "container", (), True, True),
         WebuiImage("hami-webui", "image.backend", "hub", BACKEND, f"v{version}", "container", (), True, True),
-        WebuiImage(
-            "dcgm-exporter",
-            "dcgm-exporter.image",
-            "nvcr",
-            "nvidia/k8s/dcgm-exporter",
-            DCGM_TAG,
-            "container",
-            ("dcgm-exporter.enabled",),
-            multiarch=True,
-        ),
-        WebuiImage(
-            KPS,
-            f"{KPS}.prometheus.prometheusSpec.image",
-            "quay",
-            "prometheus/prometheus",
-            PROMETHEUS_TAG,
-            "Prometheus spec.image",
-            (f"{KPS}.enabled", f"{KPS}.prometheus.enabled"),
-        ),
-        WebuiImage(
-            KPS,
-            f"{KPS}.prometheusOperator.image",
-            "quay",
-            "prometheus-operator/prometheus-operator",
-            KPS_APP_VERSION,
-            "container",
-            operator,
-        ),
-        WebuiImage(
-            KPS,
-            f"{KPS}.prometheusOperator.prometheusConfigReloader.image",
-            "quay",
-            "prometheus-operator/prometheus-config-reloader",
-            KPS_APP_VERSION,
-            "operator argument",
-            operator,
-        ),
-        WebuiImage(
-            KPS,
-            f"{KPS}.prometheusOperator.admissionWebhooks.patch.image",
-            "k8s",
-            "ingress-nginx/kube-webhook-certgen",
-            CERTGEN_TAG,
-            "container",
-            (*hooks, f"{KPS}.prometheusOperator.admissionWebhooks.patch.enabled"),
-        ),
-        WebuiImage(
-            "grafana",
-            f"{KPS}.grafana.image",
-            "hub",
-            "grafana/grafana",
-            GRAFANA_APP_VERSION,
-            "container",
-            (f"{KPS}.enabled", f"{KPS}.grafana.enabled"),
-        ),
-        WebuiImage(
-            "kube-state-metrics",
-            f"{KPS}.kube-state-metrics.image",
-            "k8s",
-            "kube-state-metrics/kube-state-metrics",
-            f"v{KSM_APP_VERSION}",
-            "container",
-            (f"{KPS}.enabled", f"{KPS}.kubeStateMetrics.enabled"),
-        ),
+        *SUBCHART_IMAGES,
     )
 
 

@@ -133,9 +133,8 @@ class RegistryAuth(httpx.Auth):
             response = yield request
             if response.status_code != 401:
                 return
-            if time.monotonic() - issued > FRESH_TOKEN_SECONDS:
-                fresh_scopes = None
-            again = await self._after_refusal(request, response, scopes, fresh_scopes)
+            fresh = fresh_scopes if time.monotonic() - issued <= FRESH_TOKEN_SECONDS else None
+            again = await self._after_refusal(request, response, scopes, fresh)
             if again is None:
                 return
             if again[1]:  # a bearer challenge: a fresh token for these scopes

@@ -67,15 +67,18 @@ class Metrics:
         self.given_up = Counter(
             "mirror_jobs_given_up", "jobs failed because their lease ran out service.max_attempts times", registry=r
         )
-        # Every result and outcome exists from the start at 0, so that the first failure after a restart is an
-        # increase (a series born at 1 is not one to `increase()`), and a budget never read is not "0 left".
+        self._start(time.time() if now is None else now)
+
+    def _start(self, now: float) -> None:
+        """Every result and outcome exists from the start at 0, so that the first failure after a restart is an
+        increase (a series born at 1 is not one to `increase()`), and a budget never read is not "0 left"."""
         for result in RESULTS:
             self.syncs.labels(result)
         for outcome in BlobOutcome:
             self.blobs.labels(outcome.value)
         for unknown in (self.pulls_remaining, self.pulls_limit, self.pulls_window):
             unknown.set(math.nan)
-        self.started.set(time.time() if now is None else now)
+        self.started.set(now)
 
     def count_retry_status(self, status: int) -> None:
         """A registry's retryable answer (the runs' observer): 429s are counted."""
