@@ -9,23 +9,20 @@ import http.server
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 
 from mirror.demo.localregistry import LocalRegistry
-from mirror.demo.sample import MiB
 from mirror.oci import MAX_MANIFEST_BYTES, Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.client import MAX_TAG_PAGE_BYTES
 from mirror.registry.errors import IntegrityError, parse_error_body
 from mirror.registry.options import ClientOptions
-from mirror.registry.retry import RetryPolicy
 from mirror.registry.sockets import pooled_transport
-from mirror.registry.transport import layered
 from tests.support import http_server, with_client
 
 T = TypeVar("T")
@@ -243,40 +240,6 @@ async def test_read_limited_truncates_or_refuses_what_is_already_in_memory() -> 
     assert await read_limited(httpx.Response(200, content=b"abcdef", request=request), 4, truncate=True) == b"abcd"
     with pytest.raises(BodyTooLarge, match=r"^6 bytes \(limit 4\)$"):  # its Content-Length says so
         await read_limited(httpx.Response(200, content=b"abcdef", request=request), 4)
-
-
-class _CountedBody(httpx.AsyncByteStream):
-    """A 1 MiB blob body in 64 KiB pieces, counting how many were taken from the wire."""
-
-    def __init__(self) -> None:
-        self.taken = 0
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for _ in range(16):
-            self.taken += 1
-            yield b"x" * (64 * 1024)
-
-
-async def test_a_streamed_blob_is_not_read_ahead_into_memory_but_a_small_document_is() -> None:
-    """Under the retry transport a GET of up to 4 MiB is read ahead, so a connection dropped mid-body is retried
-    like one dropped before the headers; a blob transfer streams its body and retries on its own, so its bytes
-    stay on the wire until the copy takes them, however many blobs are under way."""
-    bodies: list[_CountedBody] = []
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        bodies.append(_CountedBody())
-        return httpx.Response(200, headers={"Content-Length": str(MiB)}, stream=bodies[-1])
-
-    transport = layered(httpx.MockTransport(handle), RetryPolicy(), deadline=30.0, min_rate=1)
-    client = RegistryClient("registry.test", httpx.AsyncClient(base_url="https://registry.test", transport=transport))
-    async with client.open_blob("ns/r", "sha256:" + "5" * 64) as body:
-        assert bodies[-1].taken <= 1
-        assert sum([len(chunk) async for chunk in body.chunks]) == MiB
-    assert bodies[-1].taken == 16
-
-    async with client.http.stream("GET", "/v2/ns/r/blobs/sha256:" + "6" * 64) as response:  # no extension
-        assert bodies[-1].taken == 16 and response.is_stream_consumed
-    await client.aclose()
 
 
 async def test_an_idle_connection_the_server_closed_is_noticed_before_it_is_reused() -> None:

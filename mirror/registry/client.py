@@ -189,20 +189,16 @@ class RegistryClient(BlobUploads):
         return int(response.headers.get("Content-Length", "-1"))
 
     @asynccontextmanager
-    async def _blob_response(
-        self, repository: str, digest: str, start: int = 0, streamed: bool = False
-    ) -> AsyncIterator[httpx.Response]:
+    async def _blob_response(self, repository: str, digest: str, start: int = 0) -> AsyncIterator[httpx.Response]:
         """A blob GET's answer, redirects followed (Docker Hub answers blob GETs with a CDN redirect), from
-        `start` on where the server honours Range. `streamed`: the caller reads it in chunks and retries on its
-        own, so even a small one is not read ahead into memory."""
+        `start` on where the server honours Range."""
         where = self.where(repository, digest)
         # identity: the bytes must hash to the digest as they arrive, with no transport compression
         headers = {"Accept-Encoding": "identity"}
         if start:
             headers["Range"] = f"bytes={start}-"
         url = f"/v2/{repository}/blobs/{digest}"
-        stream = self.redirects.stream("fetch blob", where, "GET", url, headers, any_location=True, streamed=streamed)
-        async with stream as response:
+        async with self.redirects.stream("fetch blob", where, "GET", url, headers, any_location=True) as response:
             await raise_for_response(response, "fetch blob", where)
             yield response
 
@@ -210,7 +206,7 @@ class RegistryClient(BlobUploads):
     async def open_blob(self, repository: str, digest: str, start: int = 0) -> AsyncIterator[BlobBody]:
         """Stream a blob's bytes. With `start`, ask for the rest from that offset; `BlobBody.start` says where
         the bytes really begin (0 when the server ignored the Range header)."""
-        async with self._blob_response(repository, digest, start, streamed=True) as response:
+        async with self._blob_response(repository, digest, start) as response:
             served_from = start if start and response.status_code == 206 else 0
             yield BlobBody(response.aiter_bytes(self.chunk_size), served_from)
 

@@ -20,7 +20,6 @@ import httpx
 
 from mirror.registry.auth import RegistryAuth
 from mirror.registry.errors import RegistryError, RegistryUnreachable
-from mirror.registry.retry import STREAMED
 
 MAX_REDIRECTS = 5
 
@@ -71,17 +70,14 @@ class Redirects:
         url: str | httpx.URL,
         headers: dict[str, str] | None = None,
         any_location: bool = False,
-        streamed: bool = False,
     ) -> AsyncIterator[httpx.Response]:
-        """The last answer, its body not yet read (`streamed`: nor read ahead by the retry transport, whatever
-        its size: the caller streams it and retries on its own). Redirect bodies are closed unread. More than
+        """The last answer, its body not yet read. Redirect bodies are closed unread. More than
         MAX_REDIRECTS hops is a RegistryError (a loop fails at once instead of spinning); a connection that fails,
         before the answer or while its body is read, is RegistryUnreachable."""
-        extensions = {STREAMED: True} if streamed else {}
         try:
             target: str | httpx.URL = url
             for hop in range(MAX_REDIRECTS + 1):
-                request = self.http.build_request(method, target, headers=headers, extensions=extensions)
+                request = self.http.build_request(method, target, headers=headers)
                 response = await self.http.send(request, auth=self.auth_for(request.url), stream=True)
                 following = next_hop(response, any_location)
                 if following is None:

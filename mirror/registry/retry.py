@@ -67,19 +67,9 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
 BUFFERED_BODY_LIMIT = 4 * 1024 * 1024
 
 
-# A request extension: the reader streams this body and retries on its own (a blob transfer, whose bytes are
-# checked against the digest as they pass), so it is not read ahead into memory here.
-STREAMED = "mirror.streamed"
-
-
 def _small(request: httpx.Request, response: httpx.Response) -> bool:
     declared = response.headers.get("Content-Length", "")
-    return (
-        request.method == "GET"
-        and not request.extensions.get(STREAMED)
-        and declared.isdigit()
-        and int(declared) <= BUFFERED_BODY_LIMIT
-    )
+    return request.method == "GET" and declared.isdigit() and int(declared) <= BUFFERED_BODY_LIMIT
 
 
 def replayable(request: httpx.Request) -> bool:
