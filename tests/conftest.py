@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from mirror.demo.localregistry import LocalRegistry, start_registry
+from mirror.demo.localregistry import LocalRegistry, free_port, start_registry
 from tests.postgres import Postgres, start_postgres
+from tests.test_service import Service, service_config
 
 
 @pytest.fixture(autouse=True)
@@ -51,3 +52,12 @@ def postgres() -> Iterator[Postgres]:
 def database_url(postgres: Postgres) -> str:
     """An empty database of its own for each test."""
     return postgres.new_database()
+
+
+@pytest.fixture
+def service(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> Iterator[Service]:
+    """`mirror serve` on a free port, copying from `source` to `target` (tests/test_service.py's config)."""
+    running = Service(service_config(tmp_path, source, target), free_port())
+    running.start()
+    yield running
+    running.stop()

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,14 +126,6 @@ def service_config(
         **extra,
     )
     return path
-
-
-@pytest.fixture
-def service(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> Iterator[Service]:
-    running = Service(service_config(tmp_path, source, target), free_port())
-    running.start()
-    yield running
-    running.stop()
 
 
 def test_signed_webhook_runs_a_verified_copy_and_serves_the_values(

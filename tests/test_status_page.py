@@ -225,14 +225,6 @@ def browse(
 # -- the login and the cookie over plain HTTP -----------------------------------------------------------
 
 
-@pytest.fixture
-def service(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> Iterator[Service]:
-    running = Service(service_config(tmp_path, source, target), free_port())
-    running.start()
-    yield running
-    running.stop()
-
-
 def set_cookie(answer: httpx.Response) -> dict[str, str]:
     """The session's Set-Cookie attributes, names lowercased ("" for a flag)."""
     (header,) = answer.headers.get_list("set-cookie")
