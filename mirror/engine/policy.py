@@ -5,6 +5,7 @@ its annotations and every kept child byte for byte, and records the source diges
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mirror.engine.tree import ManifestTree
@@ -31,6 +32,12 @@ def describes_another(entry: Descriptor) -> bool:
     """A BuildKit attestation manifest (platform unknown/unknown, reference type attestation-manifest): data about
     another entry of the index, never an image, and never itself signed."""
     return entry.annotations.get("vnd.docker.reference.type") == ATTESTATION or entry.platform == "unknown/unknown"
+
+
+def signable(entries: Iterable[Descriptor]) -> list[str]:
+    """The digests among an index's entries that a signature or an SBOM may refer to: its images, not their
+    attestation manifests."""
+    return [entry.digest for entry in entries if not describes_another(entry)]
 
 
 def is_runnable(entry: Descriptor, child: Manifest) -> bool:

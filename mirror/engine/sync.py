@@ -22,7 +22,7 @@ from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_job
 from mirror.engine.lock import target_locks
 from mirror.engine.namespaces import prepare_namespaces
 from mirror.engine.plan import apply_policy
-from mirror.engine.policy import describes_another
+from mirror.engine.policy import signable
 from mirror.engine.referrers import Found
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.target import SyncOptions, TargetStages
@@ -169,9 +169,8 @@ class Syncer:
                 continue  # the copy stage says why
             self.cache.blobs[ref.repository.registry].probes.tree(ref.repository.name, kept)
             if ref.target.referrers and kept.digest == digest:  # a rewritten index carries no referrers
-                for entry in kept.root.manifests:
-                    if not describes_another(entry):
-                        self.cache.look_up_referrers(job, entry.digest)
+                for subject in signable(kept.root.manifests):
+                    self.cache.look_up_referrers(job, subject)
 
     async def _resolve(self, job: ImageJob) -> Descriptor | str:
         """The source's descriptor, or why there is none."""

@@ -30,7 +30,7 @@ from mirror.engine.outcomes import (
     rewrite_of,
 )
 from mirror.engine.plan import apply_policy, plan_target
-from mirror.engine.policy import describes_another, source_digest_of
+from mirror.engine.policy import signable, source_digest_of
 from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referrers
 from mirror.engine.statecache import ManifestCache
 from mirror.engine.tree import manifest_by_digest
@@ -232,7 +232,7 @@ class TargetStages:
         root = await asyncio.shield(self.cache.referrers_of(job, resolved.digest))
         if children is None:
             children = await _children_at(target, ref.repository.name, resolved, self.cache.manifests)
-        subjects = [c.digest for c in children if not describes_another(c)]
+        subjects = signable(children)
         found = [root, *await asyncio.gather(*(self._shielded_referrers(job, d, root.api) for d in subjects))]
         source = ArtifactSource(
             lambda digest: asyncio.shield(self.cache.source_tree(job, digest)), self.cache.origin_for(job)
