@@ -12,7 +12,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -95,12 +95,6 @@ def _platform(value: str) -> str:
     return value
 
 
-def _plain_name(value: str | None) -> str | None:
-    if value is not None and not _NAME.match(value):
-        raise ValueError(f"{_shown(value)} must be lower-case letters, digits, '.', '_' or '-'")
-    return value
-
-
 def _plain_file_name(value: str) -> str:
     if "/" in value or value in {"", ".", ".."}:
         raise ValueError("must be a plain file name")
@@ -118,26 +112,20 @@ def _is_label(value: str, limit: int) -> bool:
     return len(value) <= limit and _DNS_LABEL.match(value) is not None
 
 
-def _helm_release(value: str) -> str:
-    if not _is_label(value, HELM_RELEASE_MAX):
-        raise ValueError(
-            f"{_shown(value)} is not a Helm release name: lower-case letters, digits and '-', starting and ending with "
-            f"a letter or digit, at most {HELM_RELEASE_MAX} characters"
-        )
-    return value
+def _label_of(what: str, limit: int) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not _is_label(value, limit):
+            raise ValueError(
+                f"{_shown(value)} is not a {what}: lower-case letters, digits and '-', starting and ending with a "
+                f"letter or digit, at most {limit} characters"
+            )
+        return value
+
+    return check
 
 
-def _kube_namespace(value: str) -> str:
-    if not _is_label(value, KUBE_LABEL_MAX):
-        raise ValueError(
-            f"{_shown(value)} is not a Kubernetes namespace: lower-case letters, digits and '-', starting and ending "
-            f"with a letter or digit, at most {KUBE_LABEL_MAX} characters"
-        )
-    return value
-
-
-def _kube_object_name(value: str | None) -> str | None:
-    if value is not None and (len(value) > KUBE_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.match(value)):
+def _kube_object_name(value: str) -> str:
+    if len(value) > KUBE_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.match(value):
         raise ValueError(
             f"{_shown(value)} is not a Kubernetes object name: lower-case letters, digits, '-' and '.', starting and "
             "ending with a letter or digit"
@@ -145,10 +133,25 @@ def _kube_object_name(value: str | None) -> str | None:
     return value
 
 
-def _not_blank(value: str | None) -> str | None:
-    if value is not None and not value.strip():
+def _not_blank(value: str) -> str:
+    if not value.strip():
         raise ValueError("is empty")
     return value
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(f"{_shown(value)} is not an environment variable name (letters, digits and '_')")
+    return value
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"{_shown(value)} is not {what}")
+        return value
+
+    return check
 
 
 _PLAIN_SCALARS = (str, int, float, bool, type(None), datetime.date)  # what a Helm values file holds
@@ -186,8 +189,18 @@ def _plain_data(value: dict[str, Any]) -> dict[str, Any]:
 
 # Values checked the same way wherever they appear
 FileName = Annotated[str, AfterValidator(_plain_file_name)]
-HelmRelease = Annotated[str, AfterValidator(_helm_release)]
-KubeNamespace = Annotated[str, AfterValidator(_kube_namespace)]
+Host = Annotated[str, AfterValidator(reference.validate_host)]
+PlainName = Annotated[
+    str, AfterValidator(_matching(_NAME, "a plain name: lower-case letters, digits, '.', '_' or '-'"))
+]
+RepositoryComponent = Annotated[str, AfterValidator(_matching(_NAME, "one repository component (lower-case, no '/')"))]
+ChartName = Annotated[str, AfterValidator(_matching(_NAME, "a chart name"))]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+KubeObjectName = Annotated[str, AfterValidator(_kube_object_name)]
+Platform = Annotated[str, AfterValidator(_platform)]
+NotBlank = Annotated[str, AfterValidator(_not_blank)]
+HelmRelease = Annotated[str, AfterValidator(_label_of("Helm release name", HELM_RELEASE_MAX))]
+KubeNamespace = Annotated[str, AfterValidator(_label_of("Kubernetes namespace", KUBE_LABEL_MAX))]
 ChartRepository = Annotated[str, AfterValidator(_chart_repository)]
 PlainData = Annotated[dict[str, Any], AfterValidator(_plain_data)]
 
@@ -226,12 +239,6 @@ class _Model(BaseModel):
         return _strict_scalar(value, cls.model_fields[info.field_name].annotation) if info.field_name else value
 
 
-def _env_name(value: str | None) -> str | None:
-    if value is not None and not _ENV_NAME.match(value):
-        raise ValueError(f"{_shown(value)} is not an environment variable name (letters, digits and '_')")
-    return value
-
-
 def _one_source(kind: str, **sources: object) -> None:
     given = [name for name, value in sources.items() if value is not None]
     if len(given) > 1:
@@ -239,8 +246,12 @@ def _one_source(kind: str, **sources: object) -> None:
 
 
 ALIYUN_CREDENTIALS = ("default", "oidc_role_arn", "access_key", "ecs_ram_role")
-_INSTANCE_ID = re.compile(r"^cri-[a-z0-9]+$")
-_REGION = re.compile(r"^[a-z]{2}-[a-z0-9-]+$")
+InstanceId = Annotated[
+    str, AfterValidator(_matching(re.compile(r"^cri-[a-z0-9]+$"), "an ACR Enterprise instance id (cri-...)"))
+]
+RegionId = Annotated[
+    str, AfterValidator(_matching(re.compile(r"^[a-z]{2}-[a-z0-9-]+$"), "a region id like cn-hangzhou"))
+]
 
 
 class AliyunLoginSettings(_Model):
@@ -250,30 +261,11 @@ class AliyunLoginSettings(_Model):
     # default: the official alibabacloud-credentials chain (AccessKey variables, RRSA's variables, the CLI's
     # profile, then the ECS RAM role); or one of them alone
     credentials: Literal["default", "oidc_role_arn", "access_key", "ecs_ram_role"] = "default"
-    instance_id: str | None = None  # Enterprise's cri-...; default: named by the registry's token challenge
-    region: str | None = None  # default: from the registry host
-    endpoint: str | None = None  # the ACR OpenAPI host; default: cr.<region>.aliyuncs.com
+    instance_id: InstanceId | None = None  # Enterprise's cri-...; default: named by the registry's token challenge
+    region: RegionId | None = None  # default: from the registry host
+    endpoint: Host | None = None  # the ACR OpenAPI host; default: cr.<region>.aliyuncs.com
     provision: bool = False  # create a namespace the run needs (Enterprise), instead of explaining how
     timeout: float = Field(default=30.0, gt=0, le=600)  # each OpenAPI and STS call
-
-    @field_validator("instance_id")
-    @classmethod
-    def _instance(cls, value: str | None) -> str | None:
-        if value is not None and not _INSTANCE_ID.match(value):
-            raise ValueError(f"{_shown(value)} is not an ACR Enterprise instance id (cri-...)")
-        return value
-
-    @field_validator("region")
-    @classmethod
-    def _region(cls, value: str | None) -> str | None:
-        if value is not None and not _REGION.match(value):
-            raise ValueError(f"{_shown(value)} is not a region id like cn-hangzhou")
-        return value
-
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        return None if value is None else reference.validate_host(value)
 
     @model_validator(mode="after")
     def _sdk_installed(self) -> AliyunLoginSettings:
@@ -286,29 +278,20 @@ class RegistrySettings(_Model):
     """Transport settings for one registry host[:port]."""
 
     plain_http: bool = False
-    username: str | None = None
+    username: NotBlank | None = None
     password: SecretStr | None = None
     password_file: Path | None = None
-    password_env: str | None = None  # the name of an environment variable that holds the password
+    password_env: EnvName | None = None  # the name of an environment variable that holds the password
     max_connections: int = Field(default=16, ge=1, le=256)
     # HTTP/2 over TLS: every request to the host multiplexed on one connection (no handshake per connection
     # opened); a host that does not offer h2 is spoken to in HTTP/1.1 as before
     http2: bool = False
 
-    @field_validator("password_env")
-    @classmethod
-    def _password_env(cls, value: str | None) -> str | None:
-        return _env_name(value)
-
-    @field_validator("username")
-    @classmethod
-    def _username(cls, value: str | None) -> str | None:
-        return _not_blank(value)
-
     @field_validator("password")
     @classmethod
     def _password(cls, value: SecretStr | None) -> SecretStr | None:
-        _not_blank(None if value is None else value.get_secret_value())
+        if value is not None:
+            _not_blank(value.get_secret_value())
         return value
 
     aliyun: AliyunLoginSettings | None = None  # an ACR host: log in with a RAM identity, no stored password
@@ -331,36 +314,21 @@ class RegistrySettings(_Model):
 
 
 class SourceSettings(_Model):
-    registry: str = "docker.io"
-
-    @field_validator("registry")
-    @classmethod
-    def _host(cls, value: str) -> str:
-        return reference.validate_host(value)
+    registry: Host = "docker.io"
 
 
 class TargetSettings(_Model):
-    name: str
-    registry: str
+    name: PlainName
+    registry: Host
     namespace: str
-    vpc_registry: str | None = None
+    vpc_registry: Host | None = None
     # attestation and other non-image entries of an index: copy them (keep), leave them out (drop), or
     # copy them and leave out only those the target refuses for their manifest class (auto)
     attestations: Literal["keep", "drop", "auto"] = "auto"
-    platforms: list[str] | None = None  # e.g. [linux/amd64]: write a filtered index
+    platforms: list[Platform] | None = None  # e.g. [linux/amd64]: write a filtered index
     referrers: bool = True  # carry signatures, attestations and SBOMs that refer to each copied image
-    pull_secret: str | None = None  # always put this global.imagePullSecrets entry in the values
-    pull_secret_name: str = "acr-pull"  # noqa: S105 - a Secret object name, used when anonymous pulls fail
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _plain_name(value) or value
-
-    @field_validator("pull_secret", "pull_secret_name")
-    @classmethod
-    def _secret_name(cls, value: str | None) -> str | None:
-        return _kube_object_name(value)
+    pull_secret: KubeObjectName | None = None  # always put this global.imagePullSecrets entry in the values
+    pull_secret_name: KubeObjectName = "acr-pull"  # noqa: S105 - a Secret object name, used when anonymous pulls fail
 
     @field_validator("namespace")
     @classmethod
@@ -371,11 +339,6 @@ class TargetSettings(_Model):
                 "only between them"
             )
         return value
-
-    @field_validator("platforms")
-    @classmethod
-    def _platforms(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else [_platform(p) for p in value]
 
     @model_validator(mode="after")
     def _edition_rules(self) -> TargetSettings:
@@ -398,38 +361,16 @@ class TargetSettings(_Model):
             )
         return self
 
-    @field_validator("registry", "vpc_registry")
-    @classmethod
-    def _host(cls, value: str | None) -> str | None:
-        return None if value is None else reference.validate_host(value)
-
 
 class ImageSettings(_Model):
-    name: str  # the repository under each target's namespace
+    name: RepositoryComponent  # the repository under each target's namespace
     source: str
-    registry: str | None = None  # where `source` lives; default: source.registry
+    registry: Host | None = None  # where `source` lives; default: source.registry
     tag: str = VERSION_PLACEHOLDER
     # the Helm values keys that point at this image; default: the chart's blocks for the same repository,
     # or HAMi's own keys for its images
     values_keys: list[str] = Field(default_factory=list)
-    platforms: list[str] | None = None  # overrides the target's platform filter for this image
-
-    @field_validator("registry")
-    @classmethod
-    def _registry(cls, value: str | None) -> str | None:
-        return None if value is None else reference.validate_host(value)
-
-    @field_validator("platforms")
-    @classmethod
-    def _platforms(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else [_platform(p) for p in value]
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"{_shown(value)} must be one repository component (lower-case, no '/')")
-        return value
+    platforms: list[Platform] | None = None  # overrides the target's platform filter for this image
 
     @field_validator("source")
     @classmethod
@@ -491,7 +432,7 @@ class ChartSettings(_Model):
     """The release's Helm chart: where it is published, and how it decides what to mirror."""
 
     repository: ChartRepository = "https://project-hami.github.io/HAMi"  # a classic Helm repository, or oci://host/path
-    name: str = "hami"
+    name: ChartName = "hami"
     release_repository: str = "projecthami/hami"  # the image whose tags are release versions (webhooks)
     kube_version: str = "1.32.0"  # the cluster's Kubernetes version: rendering, and kube-scheduler's tag
     mirror_acr_images: bool = False  # also mirror images the chart already takes from ACR (kube-scheduler)
@@ -503,13 +444,6 @@ class ChartSettings(_Model):
     # second trip, or only those of subcharts that are on (enabled)
     subcharts: Literal["all", "enabled"] = "all"
     max_images: int = Field(default=200, ge=1, le=5000)  # image blocks one chart (with its subcharts) may bring
-
-    @field_validator("name")
-    @classmethod
-    def _chart_name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"{_shown(value)} is not a chart name")
-        return value
 
     @field_validator("kube_version")
     @classmethod
@@ -527,18 +461,13 @@ class InstallChartSettings(_Model):
     render proof, published chart and `helm install` line. Rendering and publishing follow `chart:`."""
 
     repository: ChartRepository  # a classic Helm repository, or oci://host/path
-    name: str
+    name: PlainName
     version: str = NEWEST  # a version (pinned), or newest: the repository's newest release, looked up each run
     release: HelmRelease | None = None  # the Helm release name; default: the chart's name
     namespace: KubeNamespace | None = None  # the Kubernetes namespace; default: values.kube_namespace
     file_name: FileName | None = None  # default: <name>-values.yaml
     values: PlainData = Field(default_factory=dict)  # merged into the values written
     subcharts: Literal["all", "enabled"] = "all"
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _plain_name(value) or value
 
     @model_validator(mode="after")
     def _release_from_name(self) -> InstallChartSettings:
@@ -701,23 +630,13 @@ class NotifyChannelSettings(_Model):
     it comes from an environment variable or a file, as does the signing secret (DingTalk, Feishu/Lark, and the
     generic webhook's HMAC-SHA256 key)."""
 
-    name: str
+    name: PlainName
     kind: Literal["dingtalk", "feishu", "wecom", "slack", "webhook"]
-    url_env: str | None = None
+    url_env: EnvName | None = None
     url_file: Path | None = None
-    secret_env: str | None = None
+    secret_env: EnvName | None = None
     secret_file: Path | None = None
     events: tuple[NotifyEvent, ...] = NOTIFY_EVENTS
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _plain_name(value) or value
-
-    @field_validator("url_env", "secret_env")
-    @classmethod
-    def _env(cls, value: str | None) -> str | None:
-        return _env_name(value)
 
     @model_validator(mode="after")
     def _readable(self) -> NotifyChannelSettings:

@@ -1,7 +1,9 @@
 """A chart shaped like HAMi-WebUI's, its subcharts, and the images each part can run (the tests' material).
 
 The chart is `hami-webui` (`charts/hami-webui` in Project-HAMi/HAMi-WebUI), packaged as `helm package` lays it
-out, with its two dependencies inside it as the real repository serves them:
+out, with its two dependencies inside it as the real repository serves them. Each chart's templates and values
+are files under `charts/<chart>/` beside this module (`chart_tree`); the `_helpers.tpl` files and the versioned
+`Chart.yaml`s are written here. The charts:
 
 - `hami-webui` itself: `image.frontend` and `image.backend` have no `registry` key, a bare Docker Hub name in
   `repository` and a `digest` that wins over the tag (rendered `repository@digest`, as the real
@@ -36,8 +38,8 @@ Public names:
   `projecthami/hami-webui-fe-oss`, grafana's `registry: docker.io`); a host such as `127.0.0.1:5000` is put
   inside `repository` for blocks without a `registry` key, into `registry` for blocks with one. The other hosts
   go the same way (nvcr.io inside dcgm-exporter's `repository`, quay.io and registry.k8s.io into `registry`).
-- `webui_files(...)` (same parameters, the files before packing), `dcgm_exporter_chart(nvcr)`,
-  `kube_prometheus_stack_chart(hub, quay, k8s)`, `grafana_chart(hub)`, `kube_state_metrics_chart(k8s)`: the parts.
+- `dcgm_exporter_chart(nvcr)`, `kube_prometheus_stack_chart(hub, quay, k8s)`, `grafana_chart(hub)`,
+  `kube_state_metrics_chart(k8s)`: the parts.
 - `seed_webui_images(clients, versions=("1.3.0",), prefixes=None) -> dict[str, str]` (async): pushes every image
   of those versions, given one `RegistryClient` per source key (the same client may serve several keys);
   `prefixes` puts a source's repositories under a path (registry.k8s.io's images live at
@@ -50,6 +52,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from string import Template
 
 from mirror.demo.sample import push_multiarch, push_single
@@ -176,125 +180,28 @@ def webui_images(version: str = "1.3.0") -> tuple[WebuiImage, ...]:
 WEBUI_IMAGES = webui_images()
 
 
+def chart_tree(chart: str) -> dict[str, str]:
+    """The chart's files as they sit under `charts/<chart>/` beside this module (values.yaml and Chart.yaml
+    may hold `$names` for `string.Template`); the helpers and Chart.yaml with versions are written here."""
+    tree: dict[str, str] = {}
+
+    def walk(folder: Traversable, prefix: str) -> None:
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                walk(entry, f"{prefix}{entry.name}/")
+            else:
+                tree[f"{prefix}{entry.name}"] = entry.read_text(encoding="utf-8")
+
+    walk(resources.files(__package__ or "mirror.demo") / "charts" / chart, "")
+    return tree
+
+
 def _inside(host: str | None, repository: str) -> str:
     """A `repository` that carries its host (no `registry` key); None keeps Docker Hub's bare name."""
     return repository if host is None else f"{host}/{repository}"
 
 
 # --- hami-webui --------------------------------------------------------------------------------------------
-
-WEBUI_CHART = """apiVersion: v2
-name: hami-webui
-description: A Web interface for monitoring HAMi-managed heterogeneous devices
-type: application
-version: $version
-appVersion: "$version"
-
-dependencies:
-  - condition: dcgm-exporter.enabled
-    name: dcgm-exporter
-    repository: https://nvidia.github.io/dcgm-exporter/helm-charts
-    version: $dcgm_version
-  - condition: kube-prometheus-stack.enabled
-    name: kube-prometheus-stack
-    repository: https://prometheus-community.github.io/helm-charts
-    version: $kps_version
-"""
-
-WEBUI_VALUES = """# Default values for hami-webui.
-replicaCount: 1
-
-image:
-  frontend:
-    repository: $frontend
-    pullPolicy: IfNotPresent
-    # Overrides the image tag whose default is the chart appVersion.
-    tag: "v$version"
-$frontend_digest  backend:
-    repository: $backend
-    pullPolicy: IfNotPresent
-    tag: "v$version"
-$backend_digest
-imagePullSecrets: []
-nameOverride: ""
-fullnameOverride: ""
-namespaceOverride: ""
-
-serviceAccount:
-  create: true
-  annotations: {}
-  name: ""
-
-podAnnotations: {}
-podSecurityContext: {}
-securityContext: {}
-
-service:
-  type: ClusterIP
-  port: 3000
-
-resources:
-  frontend:
-    limits: {cpu: 200m, memory: 500Mi}
-    requests: {cpu: 200m, memory: 500Mi}
-  backend:
-    limits: {cpu: 50m, memory: 250Mi}
-    requests: {cpu: 50m, memory: 250Mi}
-
-env:
-  frontend:
-    - name: TZ
-      value: "Asia/Shanghai"
-  backend:
-    - name: TZ
-      value: "Asia/Shanghai"
-
-nodeSelector: {}
-tolerations: []
-affinity: {}
-
-dcgm-exporter:
-  enabled: true
-  serviceMonitor:
-    enabled: true
-    interval: 15s
-    honorLabels: false
-    additionalLabels:
-      jobRelease: hami-webui-prometheus
-  nodeSelector:
-    gpu: "on"
-
-kube-prometheus-stack:
-  enabled: false
-  crds:
-    enabled: false
-  defaultRules:
-    create: false
-  alertmanager:
-    enabled: false
-  grafana:
-    enabled: false
-  kubernetesServiceMonitors:
-    enabled: false
-  nodeExporter:
-    enabled: false
-  kube-state-metrics:
-    prometheus:
-      monitor:
-        additionalLabels:
-          jobRelease: hami-webui-prometheus
-  prometheusOperator:
-    enabled: false
-  prometheus:
-    prometheusSpec:
-      serviceMonitorSelector:
-        matchLabels:
-          jobRelease: hami-webui-prometheus
-
-externalPrometheus:
-  enabled: false
-  address: "http://prometheus-kube-prometheus-prometheus.prometheus.svc.cluster.local:9090"
-"""
 
 NAMING = """{{- define "@.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc @NAME | trimSuffix "-" -}}
@@ -390,129 +297,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 """
 )
 
-WEBUI_DEPLOYMENT = """apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ include "hami-webui.fullname" . }}
-  namespace: {{ include "hami-webui.namespace" . }}
-  labels:
-    {{- include "hami-webui.labels" . | nindent 4 }}
-    app.kubernetes.io/component: "hami-webui"
-spec:
-  replicas: {{ .Values.replicaCount }}
-  selector:
-    matchLabels:
-      {{- include "hami-webui.selectorLabels" . | nindent 6 }}
-      app.kubernetes.io/component: "hami-webui"
-  template:
-    metadata:
-      {{- with .Values.podAnnotations }}
-      annotations:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      labels:
-        {{- include "hami-webui.selectorLabels" . | nindent 8 }}
-        app.kubernetes.io/component: "hami-webui"
-    spec:
-      serviceAccountName: {{ include "hami-webui.serviceAccountName" . }}
-      securityContext:
-        {{- toYaml .Values.podSecurityContext | nindent 8 }}
-      containers:
-        - name: {{ .Chart.Name }}-fe-oss
-          securityContext:
-            {{- toYaml .Values.securityContext | nindent 12 }}
-          {{- $frontend := dict "name" "frontend" "image" .Values.image.frontend "appVersion" .Chart.AppVersion }}
-          image: {{ include "hami-webui.image" $frontend | quote }}
-          imagePullPolicy: {{ .Values.image.frontend.pullPolicy }}
-          env:
-            {{- toYaml .Values.env.frontend | nindent 12 }}
-          ports:
-            - name: http
-              containerPort: 3000
-              protocol: TCP
-          command: ["node"]
-          args: ["/apps/dist/main"]
-          resources:
-            {{- toYaml .Values.resources.frontend | nindent 12 }}
-        - name: {{ .Chart.Name }}-be-oss
-          securityContext:
-            {{- toYaml .Values.securityContext | nindent 12 }}
-          {{- $backend := dict "name" "backend" "image" .Values.image.backend "appVersion" .Chart.AppVersion }}
-          image: {{ include "hami-webui.image" $backend | quote }}
-          imagePullPolicy: {{ .Values.image.backend.pullPolicy }}
-          env:
-            {{- toYaml .Values.env.backend | nindent 12 }}
-          ports:
-            - name: metrics
-              containerPort: 8000
-              protocol: TCP
-          command: ["/apps/server"]
-          args: ["--conf", "/apps/config/config.yaml"]
-          resources:
-            {{- toYaml .Values.resources.backend | nindent 12 }}
-      {{- with .Values.nodeSelector }}
-      nodeSelector:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with .Values.affinity }}
-      affinity:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with .Values.tolerations }}
-      tolerations:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-"""
-
-WEBUI_SERVICE_ACCOUNT = """{{- if .Values.serviceAccount.create -}}
-apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: {{ include "hami-webui.serviceAccountName" . }}
-  namespace: {{ include "hami-webui.namespace" . }}
-  labels:
-    {{- include "hami-webui.labels" . | nindent 4 }}
-{{- end }}
-"""
-
-WEBUI_NOTES = 'HAMi-WebUI is installed: {{ include "hami-webui.fullname" . }} in {{ .Release.Namespace }}.\n'
-
-
-def webui_files(
-    digests: Mapping[str, str] | None = None,
-    version: str = "1.3.0",
-    hub: str | None = None,
-    nvcr: str = "nvcr.io",
-    quay: str = "quay.io",
-    k8s: str = "registry.k8s.io",
-) -> dict[str, str | bytes]:
-    """The files of the packaged chart, subcharts included as `.tgz` under `charts/`."""
-    pins = REAL_DIGESTS if digests is None else digests
-
-    def digest_line(repository: str) -> str:
-        digest = pins.get(f"{repository}:v{version}")
-        return f'    digest: "{digest}"\n' if digest else ""
-
-    values = Template(WEBUI_VALUES).substitute(
-        version=version,
-        frontend=_inside(hub, FRONTEND),
-        backend=_inside(hub, BACKEND),
-        frontend_digest=digest_line(FRONTEND),
-        backend_digest=digest_line(BACKEND),
-    )
-    return {
-        "Chart.yaml": Template(WEBUI_CHART).substitute(
-            version=version, dcgm_version=DCGM_VERSION, kps_version=KPS_VERSION
-        ),
-        "values.yaml": values,
-        "templates/_helpers.tpl": WEBUI_HELPERS,
-        "templates/deployment.yaml": WEBUI_DEPLOYMENT,
-        "templates/serviceaccount.yaml": WEBUI_SERVICE_ACCOUNT,
-        "templates/NOTES.txt": WEBUI_NOTES,
-        f"charts/dcgm-exporter-{DCGM_VERSION}.tgz": dcgm_exporter_chart(nvcr),
-        f"charts/{KPS}-{KPS_VERSION}.tgz": kube_prometheus_stack_chart(hub, quay, k8s),
-    }
-
 
 def webui_chart(
     digests: Mapping[str, str] | None = None,
@@ -522,7 +306,32 @@ def webui_chart(
     quay: str = "quay.io",
     k8s: str = "registry.k8s.io",
 ) -> bytes:
-    return package(webui_files(digests, version, hub, nvcr, quay, k8s), top="hami-webui")
+    """The packaged chart, subcharts included as `.tgz` under `charts/`."""
+    pins = REAL_DIGESTS if digests is None else digests
+
+    def digest_line(repository: str) -> str:
+        digest = pins.get(f"{repository}:v{version}")
+        return f'    digest: "{digest}"\n' if digest else ""
+
+    tree = chart_tree("hami-webui")
+    values = Template(tree["values.yaml"]).substitute(
+        version=version,
+        frontend=_inside(hub, FRONTEND),
+        backend=_inside(hub, BACKEND),
+        frontend_digest=digest_line(FRONTEND),
+        backend_digest=digest_line(BACKEND),
+    )
+    files: dict[str, str | bytes] = {
+        **tree,
+        "Chart.yaml": Template(tree["Chart.yaml"]).substitute(
+            version=version, dcgm_version=DCGM_VERSION, kps_version=KPS_VERSION
+        ),
+        "values.yaml": values,
+        "templates/_helpers.tpl": WEBUI_HELPERS,
+        f"charts/dcgm-exporter-{DCGM_VERSION}.tgz": dcgm_exporter_chart(nvcr),
+        f"charts/{KPS}-{KPS_VERSION}.tgz": kube_prometheus_stack_chart(hub, quay, k8s),
+    }
+    return package(files, top="hami-webui")
 
 
 # --- dcgm-exporter -----------------------------------------------------------------------------------------
@@ -539,55 +348,6 @@ home: https://github.com/nvidia/dcgm-exporter/
 keywords: [gpu, cuda, compute, monitoring, telemetry, tesla]
 """
 
-DCGM_VALUES = """image:
-  repository: $repository
-  pullPolicy: IfNotPresent
-  # Image tag defaults to AppVersion, but you can use the tag key
-  # for the image tag, e.g:
-  tag: $tag
-
-# Comment the following line to stop profiling metrics from DCGM
-arguments: ["-f", "/etc/dcgm-exporter/dcp-metrics-included.csv"]
-
-imagePullSecrets: []
-nameOverride: ""
-fullnameOverride: ""
-namespaceOverride: ""
-runtimeClassName: ""
-
-serviceAccount:
-  create: true
-  annotations: {}
-  name:
-
-podAnnotations: {}
-podSecurityContext: {}
-securityContext:
-  runAsNonRoot: false
-  runAsUser: 0
-  capabilities:
-    add: ["SYS_ADMIN"]
-
-service:
-  enable: true
-  type: ClusterIP
-  port: 9400
-  address: ":9400"
-  annotations: {}
-
-resources: {}
-serviceMonitor:
-  enabled: true
-  interval: 15s
-  honorLabels: false
-  additionalLabels: {}
-
-nodeSelector: {}
-tolerations: []
-affinity: {}
-kubeletPath: "/var/lib/kubelet/pod-resources"
-"""
-
 DCGM_HELPERS = (
     naming_helpers("dcgm-exporter")
     + selector_labels_helper("dcgm-exporter")
@@ -602,84 +362,11 @@ DCGM_HELPERS = (
 """
 )
 
-DCGM_DAEMONSET = """apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: {{ include "dcgm-exporter.fullname" . }}
-  namespace: {{ include "dcgm-exporter.namespace" . }}
-spec:
-  updateStrategy:
-    type: RollingUpdate
-  selector:
-    matchLabels:
-      {{- include "dcgm-exporter.selectorLabels" . | nindent 6 }}
-  template:
-    metadata:
-      labels:
-        {{- include "dcgm-exporter.selectorLabels" . | nindent 8 }}
-      {{- if .Values.podAnnotations }}
-      annotations:
-        {{- toYaml .Values.podAnnotations | nindent 8 }}
-      {{- end }}
-    spec:
-      {{- if .Values.runtimeClassName }}
-      runtimeClassName: {{ .Values.runtimeClassName }}
-      {{- end }}
-      priorityClassName: {{ .Values.priorityClassName | default "system-node-critical" }}
-      {{- with .Values.imagePullSecrets }}
-      imagePullSecrets:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      serviceAccountName: {{ include "dcgm-exporter.serviceAccountName" . }}
-      {{- if .Values.nodeSelector }}
-      nodeSelector:
-        {{- toYaml .Values.nodeSelector | nindent 8 }}
-      {{- end }}
-      {{- with .Values.tolerations }}
-      tolerations:
-        {{- toYaml . | nindent 6 }}
-      {{- end }}
-      volumes:
-      - name: "pod-gpu-resources"
-        hostPath:
-          path: {{ .Values.kubeletPath }}
-      containers:
-      - name: exporter
-        securityContext:
-          {{- toYaml .Values.securityContext | nindent 10 }}
-        {{- if .Values.image.tag }}
-        image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
-        {{- else }}
-        image: "{{ .Values.image.repository }}:{{ .Chart.AppVersion }}"
-        {{- end }}
-        imagePullPolicy: "{{ .Values.image.pullPolicy }}"
-        args:
-        {{- range $.Values.arguments }}
-        - {{ . }}
-        {{- end }}
-        env:
-        - name: "DCGM_EXPORTER_KUBERNETES"
-          value: "true"
-        - name: "DCGM_EXPORTER_LISTEN"
-          value: "{{ .Values.service.address }}"
-        ports:
-        - name: "metrics"
-          containerPort: {{ .Values.service.port }}
-        volumeMounts:
-        - name: "pod-gpu-resources"
-          readOnly: true
-          mountPath: "/var/lib/kubelet/pod-resources"
-"""
-
 
 def dcgm_exporter_chart(nvcr: str = "nvcr.io") -> bytes:
-    values = Template(DCGM_VALUES).substitute(repository=f"{nvcr}/nvidia/k8s/dcgm-exporter", tag=DCGM_TAG)
-    files = {
-        "Chart.yaml": DCGM_CHART,
-        "values.yaml": values,
-        "templates/_helpers.tpl": DCGM_HELPERS,
-        "templates/daemonset.yaml": DCGM_DAEMONSET,
-    }
+    tree = chart_tree("dcgm-exporter")
+    values = Template(tree["values.yaml"]).substitute(repository=f"{nvcr}/nvidia/k8s/dcgm-exporter", tag=DCGM_TAG)
+    files = {**tree, "Chart.yaml": DCGM_CHART, "values.yaml": values, "templates/_helpers.tpl": DCGM_HELPERS}
     return package(files, top="dcgm-exporter")
 
 
@@ -710,84 +397,6 @@ dependencies:
     condition: grafana.enabled
 """
 
-KPS_VALUES = """global:
-  rbac:
-    create: true
-  ## Reference to one or more secrets to be used when pulling images
-  imagePullSecrets: []
-  ## Overrides the registry of every image, this chart's and its subcharts'
-  imageRegistry: ""
-
-crds:
-  enabled: true
-
-defaultRules:
-  create: true
-
-## Component scraping kube state metrics
-kubeStateMetrics:
-  enabled: true
-
-## Configuration for the kube-state-metrics subchart
-kube-state-metrics:
-  namespaceOverride: ""
-  rbac:
-    create: true
-  prometheus:
-    monitor:
-      enabled: true
-
-nodeExporter:
-  enabled: true
-
-## Using default values from https://github.com/grafana/helm-charts/blob/main/charts/grafana/values.yaml
-grafana:
-  enabled: true
-  namespaceOverride: ""
-  adminPassword: prom-operator
-
-prometheusOperator:
-  enabled: true
-  admissionWebhooks:
-    enabled: true
-    patch:
-      enabled: true
-      image:
-        registry: $k8s
-        repository: ingress-nginx/kube-webhook-certgen
-        tag: $certgen_tag
-        sha: ""
-        pullPolicy: IfNotPresent
-    certManager:
-      enabled: false
-  image:
-    registry: $quay
-    repository: prometheus-operator/prometheus-operator
-    # if not set appVersion field from Chart.yaml is used
-    tag: ""
-    sha: ""
-    pullPolicy: IfNotPresent
-  prometheusConfigReloader:
-    image:
-      registry: $quay
-      repository: prometheus-operator/prometheus-config-reloader
-      # if not set appVersion field from Chart.yaml is used
-      tag: ""
-      sha: ""
-    resources: {}
-
-prometheus:
-  enabled: true
-  prometheusSpec:
-    image:
-      registry: $quay
-      repository: prometheus/prometheus
-      tag: $prometheus_tag
-      sha: ""
-    serviceMonitorSelector: {}
-    retention: 10d
-"""
-
 KPS_HELPERS = (
     naming_helpers("kube-prometheus-stack", name_length=50, fullname_length=26)
     + pull_secrets_helper("kube-prometheus-stack", ".Values.global.imagePullSecrets")
@@ -801,164 +410,17 @@ chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63
 """
 )
 
-KPS_OPERATOR = """{{- if .Values.prometheusOperator.enabled }}
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ template "kube-prometheus-stack.fullname" . }}-operator
-  namespace: {{ template "kube-prometheus-stack.namespace" . }}
-  labels:
-    app: {{ template "kube-prometheus-stack.name" . }}-operator
-{{ include "kube-prometheus-stack.labels" . | indent 4 }}
-spec:
-  replicas: 1
-  selector:
-    matchLabels:
-      app: {{ template "kube-prometheus-stack.name" . }}-operator
-      release: {{ $.Release.Name | quote }}
-  template:
-    metadata:
-      labels:
-        app: {{ template "kube-prometheus-stack.name" . }}-operator
-{{ include "kube-prometheus-stack.labels" . | indent 8 }}
-    spec:
-      {{- if .Values.global.imagePullSecrets }}
-      imagePullSecrets:
-{{ include "kube-prometheus-stack.imagePullSecrets" . | trim | indent 8 }}
-      {{- end }}
-      containers:
-        - name: {{ template "kube-prometheus-stack.name" . }}
-          {{- $configReloaderRegistry := .Values.global.imageRegistry | default .Values.prometheusOperator.prometheusConfigReloader.image.registry -}}
-          {{- $operatorRegistry := .Values.global.imageRegistry | default .Values.prometheusOperator.image.registry -}}
-          {{- if .Values.prometheusOperator.image.sha }}
-          image: "{{ $operatorRegistry }}/{{ .Values.prometheusOperator.image.repository }}:{{ .Values.prometheusOperator.image.tag | default .Chart.AppVersion }}@sha256:{{ .Values.prometheusOperator.image.sha }}"
-          {{- else }}
-          image: "{{ $operatorRegistry }}/{{ .Values.prometheusOperator.image.repository }}:{{ .Values.prometheusOperator.image.tag | default .Chart.AppVersion }}"
-          {{- end }}
-          imagePullPolicy: "{{ .Values.prometheusOperator.image.pullPolicy }}"
-          args:
-            - --kubelet-service=kube-system/{{ template "kube-prometheus-stack.fullname" . }}-kubelet
-            - --localhost=127.0.0.1
-            {{- if .Values.prometheusOperator.prometheusConfigReloader.image.sha }}
-            - --prometheus-config-reloader={{ $configReloaderRegistry }}/{{ .Values.prometheusOperator.prometheusConfigReloader.image.repository }}:{{ .Values.prometheusOperator.prometheusConfigReloader.image.tag | default .Chart.AppVersion }}@sha256:{{ .Values.prometheusOperator.prometheusConfigReloader.image.sha }}
-            {{- else }}
-            - --prometheus-config-reloader={{ $configReloaderRegistry }}/{{ .Values.prometheusOperator.prometheusConfigReloader.image.repository }}:{{ .Values.prometheusOperator.prometheusConfigReloader.image.tag | default .Chart.AppVersion }}
-            {{- end }}
-          ports:
-            - containerPort: 10250
-              name: https
-{{- end }}
-"""  # noqa: E501 - the real template's lines
-
-KPS_CERTGEN_JOB = """{{- if and .Values.prometheusOperator.enabled .Values.prometheusOperator.admissionWebhooks.enabled .Values.prometheusOperator.admissionWebhooks.patch.enabled (not .Values.prometheusOperator.admissionWebhooks.certManager.enabled) }}
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {{ template "kube-prometheus-stack.fullname" . }}-admission-create
-  namespace: {{ template "kube-prometheus-stack.namespace" . }}
-  annotations:
-    "helm.sh/hook": pre-install,pre-upgrade
-    "helm.sh/hook-delete-policy": before-hook-creation,hook-succeeded
-spec:
-  template:
-    metadata:
-      name: {{ template "kube-prometheus-stack.fullname" . }}-admission-create
-    spec:
-      {{- if .Values.global.imagePullSecrets }}
-      imagePullSecrets:
-{{ include "kube-prometheus-stack.imagePullSecrets" . | trim | indent 8 }}
-      {{- end }}
-      containers:
-        - name: create
-          {{- $registry := .Values.global.imageRegistry | default .Values.prometheusOperator.admissionWebhooks.patch.image.registry -}}
-          {{- if .Values.prometheusOperator.admissionWebhooks.patch.image.sha }}
-          image: {{ $registry }}/{{ .Values.prometheusOperator.admissionWebhooks.patch.image.repository }}:{{ .Values.prometheusOperator.admissionWebhooks.patch.image.tag }}@sha256:{{ .Values.prometheusOperator.admissionWebhooks.patch.image.sha }}
-          {{- else }}
-          image: {{ $registry }}/{{ .Values.prometheusOperator.admissionWebhooks.patch.image.repository }}:{{ .Values.prometheusOperator.admissionWebhooks.patch.image.tag }}
-          {{- end }}
-          imagePullPolicy: {{ .Values.prometheusOperator.admissionWebhooks.patch.image.pullPolicy }}
-          args:
-            - create
-            - --namespace={{ template "kube-prometheus-stack.namespace" . }}
-            - --secret-name={{ template "kube-prometheus-stack.fullname" . }}-admission
-      restartPolicy: OnFailure
-{{- end }}
-"""  # noqa: E501 - the real template's lines
-
-KPS_PROMETHEUS = """{{- if .Values.prometheus.enabled }}
-apiVersion: monitoring.coreos.com/v1
-kind: Prometheus
-metadata:
-  name: {{ template "kube-prometheus-stack.fullname" . }}-prometheus
-  namespace: {{ template "kube-prometheus-stack.namespace" . }}
-  labels:
-    app: {{ template "kube-prometheus-stack.name" . }}-prometheus
-{{ include "kube-prometheus-stack.labels" . | indent 4 }}
-spec:
-  {{- if .Values.prometheus.prometheusSpec.image }}
-  {{- $registry := .Values.global.imageRegistry | default .Values.prometheus.prometheusSpec.image.registry -}}
-  {{- $tag := (.Values.prometheus.prometheusSpec.image.tag | empty | not) | ternary (printf ":%s" .Values.prometheus.prometheusSpec.image.tag) "" -}}
-  {{- $sha := (.Values.prometheus.prometheusSpec.image.sha | empty | not) | ternary (printf "@sha256:%s" .Values.prometheus.prometheusSpec.image.sha) "" }}
-  image: "{{ printf "%s/%s%s%s" $registry .Values.prometheus.prometheusSpec.image.repository $tag $sha }}"
-  version: {{ .Values.prometheus.prometheusSpec.image.tag }}
-  {{- end }}
-  {{- if .Values.global.imagePullSecrets }}
-  imagePullSecrets:
-{{ include "kube-prometheus-stack.imagePullSecrets" . | trim | indent 4 }}
-  {{- end }}
-  retention: {{ .Values.prometheus.prometheusSpec.retention | quote }}
-  {{- with .Values.prometheus.prometheusSpec.serviceMonitorSelector }}
-  serviceMonitorSelector:
-{{ toYaml . | indent 4 }}
-  {{- end }}
-{{- end }}
-"""  # noqa: E501 - the real template's lines
-
-CRDS_CHART = """apiVersion: v2
-name: crds
-version: 0.0.0
-description: >-
-  A placeholder chart: Helm installs the custom resource definitions of its crds/ directory.
-"""
-
-CRD_PROMETHEUSES = """apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  annotations:
-    controller-gen.kubebuilder.io/version: v0.16.1
-    operator.prometheus.io/version: 0.76.1
-  name: prometheuses.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  names:
-    kind: Prometheus
-    listKind: PrometheusList
-    plural: prometheuses
-    shortNames: [prom]
-    singular: prometheus
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-"""
-
 
 def kube_prometheus_stack_chart(hub: str | None = None, quay: str = "quay.io", k8s: str = "registry.k8s.io") -> bytes:
-    values = Template(KPS_VALUES).substitute(quay=quay, k8s=k8s, certgen_tag=CERTGEN_TAG, prometheus_tag=PROMETHEUS_TAG)
+    tree = chart_tree(KPS)
+    values = Template(tree["values.yaml"]).substitute(
+        quay=quay, k8s=k8s, certgen_tag=CERTGEN_TAG, prometheus_tag=PROMETHEUS_TAG
+    )
     files: dict[str, str | bytes] = {
+        **tree,
         "Chart.yaml": KPS_CHART,
         "values.yaml": values,
         "templates/_helpers.tpl": KPS_HELPERS,
-        "templates/prometheus-operator/deployment.yaml": KPS_OPERATOR,
-        "templates/prometheus-operator/admission-webhooks/job-patch/job-createSecret.yaml": KPS_CERTGEN_JOB,
-        "templates/prometheus/prometheus.yaml": KPS_PROMETHEUS,
-        "charts/crds/Chart.yaml": CRDS_CHART,
-        "charts/crds/crds/crd-prometheuses.yaml": CRD_PROMETHEUSES,
         f"charts/grafana-{GRAFANA_VERSION}.tgz": grafana_chart(hub),
         f"charts/kube-state-metrics-{KSM_VERSION}.tgz": kube_state_metrics_chart(k8s),
     }
@@ -975,29 +437,6 @@ kubeVersion: "^1.8.0-0"
 description: The leading tool for querying and visualizing time series and metrics.
 home: https://grafana.com
 type: application
-"""
-
-GRAFANA_VALUES = """global:
-  # -- Overrides the Docker registry globally for all images
-  imageRegistry: null
-  # -- Global image pull secrets (can be templated).
-  imagePullSecrets: []
-
-replicas: 1
-
-image:
-  # -- The Docker registry
-  registry: $registry
-  # -- Docker image repository
-  repository: grafana/grafana
-  # Overrides the Grafana image tag whose default is the chart appVersion
-  tag: ""
-  sha: ""
-  pullPolicy: IfNotPresent
-  pullSecrets: []
-
-adminUser: admin
-nodeSelector: {}
 """
 
 GRAFANA_HELPERS = (
@@ -1027,54 +466,14 @@ The registry of an image, with a trailing slash: global.imageRegistry when set, 
 """
 )
 
-GRAFANA_DEPLOYMENT = """apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ include "grafana.fullname" . }}
-  namespace: {{ default .Release.Namespace .Values.namespaceOverride }}
-spec:
-  replicas: {{ .Values.replicas }}
-  selector:
-    matchLabels:
-      app.kubernetes.io/name: {{ include "grafana.name" . }}
-      app.kubernetes.io/instance: {{ .Release.Name }}
-  template:
-    metadata:
-      labels:
-        app.kubernetes.io/name: {{ include "grafana.name" . }}
-        app.kubernetes.io/instance: {{ .Release.Name }}
-    spec:
-      {{- $pullSecrets := include "grafana.imagePullSecrets" (dict "root" $ "imagePullSecrets" .Values.image.pullSecrets) | trim }}
-      {{- if $pullSecrets }}
-      imagePullSecrets:
-        {{- $pullSecrets | nindent 8 }}
-      {{- end }}
-      containers:
-        - name: grafana
-          {{- $registry := include "grafana.imageRegistry" (dict "root" . "imageRoot" .Values.image) -}}
-          {{- if .Values.image.sha }}
-          image: "{{ $registry }}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}@sha256:{{ .Values.image.sha }}"
-          {{- else }}
-          image: "{{ $registry }}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
-          {{- end }}
-          imagePullPolicy: {{ .Values.image.pullPolicy }}
-          ports:
-            - name: grafana
-              containerPort: 3000
-              protocol: TCP
-      {{- with .Values.nodeSelector }}
-      nodeSelector:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-"""  # noqa: E501 - the real template's lines
-
 
 def grafana_chart(hub: str | None = None) -> bytes:
+    tree = chart_tree("grafana")
     files = {
+        **tree,
         "Chart.yaml": GRAFANA_CHART,
-        "values.yaml": Template(GRAFANA_VALUES).substitute(registry=hub or REAL_HOSTS["hub"]),
+        "values.yaml": Template(tree["values.yaml"]).substitute(registry=hub or REAL_HOSTS["hub"]),
         "templates/_helpers.tpl": GRAFANA_HELPERS,
-        "templates/deployment.yaml": GRAFANA_DEPLOYMENT,
     }
     return package(files, top="grafana")
 
@@ -1089,34 +488,6 @@ type: application
 version: {KSM_VERSION}
 appVersion: {KSM_APP_VERSION}
 home: https://github.com/kubernetes/kube-state-metrics/
-"""
-
-KSM_VALUES = """# Default values for kube-state-metrics.
-prometheusScrape: true
-image:
-  registry: $registry
-  repository: kube-state-metrics/kube-state-metrics
-  # If unset use v + .Charts.appVersion
-  tag: ""
-  sha: ""
-  pullPolicy: IfNotPresent
-
-imagePullSecrets: []
-
-global:
-  # To help compatibility with other charts which use global.imagePullSecrets.
-  imagePullSecrets: []
-  # Allow parent charts to override registry hostname
-  imageRegistry: ""
-
-replicas: 1
-namespaceOverride: ""
-rbac:
-  create: true
-prometheus:
-  monitor:
-    enabled: false
-    additionalLabels: {}
 """
 
 KSM_HELPERS = (
@@ -1144,43 +515,14 @@ The image to use for kube-state-metrics
 """  # noqa: E501 - the real template's lines
 )
 
-KSM_DEPLOYMENT = """apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ template "kube-state-metrics.fullname" . }}
-  namespace: {{ template "kube-state-metrics.namespace" . }}
-spec:
-  selector:
-    matchLabels:
-      app.kubernetes.io/name: {{ template "kube-state-metrics.name" . }}
-  replicas: {{ .Values.replicas }}
-  template:
-    metadata:
-      labels:
-        app.kubernetes.io/name: {{ template "kube-state-metrics.name" . }}
-    spec:
-      {{- if or .Values.imagePullSecrets .Values.global.imagePullSecrets }}
-      imagePullSecrets:
-        {{- include "kube-state-metrics.imagePullSecrets" (dict "Values" .Values "imagePullSecrets" .Values.imagePullSecrets) | indent 8 }}
-      {{- end }}
-      containers:
-      - name: {{ template "kube-state-metrics.name" . }}
-        args:
-        - --port=8080
-        imagePullPolicy: {{ .Values.image.pullPolicy }}
-        image: {{ include "kube-state-metrics.image" . }}
-        ports:
-        - containerPort: 8080
-          name: "http"
-"""  # noqa: E501 - the real template's lines
-
 
 def kube_state_metrics_chart(k8s: str = "registry.k8s.io") -> bytes:
+    tree = chart_tree("kube-state-metrics")
     files = {
+        **tree,
         "Chart.yaml": KSM_CHART,
-        "values.yaml": Template(KSM_VALUES).substitute(registry=k8s),
+        "values.yaml": Template(tree["values.yaml"]).substitute(registry=k8s),
         "templates/_helpers.tpl": KSM_HELPERS,
-        "templates/deployment.yaml": KSM_DEPLOYMENT,
     }
     return package(files, top="kube-state-metrics")
 
