@@ -28,7 +28,10 @@ RUN pip install --no-cache-dir --no-index --find-links=/wheels "mirror[${EXTRAS}
     && mkdir -p /var/lib/mirror \
     && chown 10001:10001 /var/lib/mirror
 COPY config/mirror.yaml /etc/mirror/mirror.yaml
+# MALLOC_ARENA_MAX: the spool's file threads each grew a glibc arena; two arenas took a 50-image, three-target
+# run's peak RSS from 80 to 75 MB in the benchmark, at no cost in time
 ENV MIRROR_CONFIG=/etc/mirror/mirror.yaml \
+    MALLOC_ARENA_MAX=2 \
     MIRROR_OUTPUT_DIR=/var/lib/mirror/out \
     MIRROR_STATE_DIR=/var/lib/mirror/state \
     XDG_CACHE_HOME=/var/lib/mirror/cache \
