@@ -139,12 +139,6 @@ def _not_blank(value: str) -> str:
     return value
 
 
-def _env_name(value: str) -> str:
-    if not _ENV_NAME.match(value):
-        raise ValueError(f"{_shown(value)} is not an environment variable name (letters, digits and '_')")
-    return value
-
-
 def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not pattern.match(value):
@@ -195,7 +189,7 @@ PlainName = Annotated[
 ]
 RepositoryComponent = Annotated[str, AfterValidator(_matching(_NAME, "one repository component (lower-case, no '/')"))]
 ChartName = Annotated[str, AfterValidator(_matching(_NAME, "a chart name"))]
-EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvName = Annotated[str, AfterValidator(_matching(_ENV_NAME, "an environment variable name (letters, digits and '_')"))]
 KubeObjectName = Annotated[str, AfterValidator(_kube_object_name)]
 Platform = Annotated[str, AfterValidator(_platform)]
 NotBlank = Annotated[str, AfterValidator(_not_blank)]

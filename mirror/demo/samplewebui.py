@@ -192,7 +192,7 @@ def chart_tree(chart: str) -> dict[str, str]:
             else:
                 tree[f"{prefix}{entry.name}"] = entry.read_text(encoding="utf-8")
 
-    walk(resources.files(__package__ or "mirror.demo") / "charts" / chart, "")
+    walk(resources.files("mirror.demo") / "charts" / chart, "")
     return tree
 
 
