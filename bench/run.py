@@ -51,6 +51,7 @@ from pathlib import Path
 import benchkit
 from benchkit import (
     LEGEND,
+    MIRROR_PYTHON,
     Bench,
     Counts,
     Goal,
@@ -154,7 +155,7 @@ def heaviest_imports(module: str, count: int = 5) -> tuple[list[tuple[str, float
     """Where importing `module` spends its time (`-X importtime`, one run): the third-party packages by their
     cumulative time, and the single modules by their own."""
     stderr = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, check=True
+        [MIRROR_PYTHON, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, check=True
     ).stderr
     packages: dict[str, float] = {}
     modules: list[tuple[str, float]] = []
@@ -176,15 +177,23 @@ def startup(rounds: int, config: Path) -> Startup:
     load = f"from mirror.settings import load_settings; load_settings(__import__('pathlib').Path({str(config)!r}))"
     helps, loads = Series(), Series()
     for _ in range(max(rounds, 5)):
-        helps.add(run_measured([sys.executable, "-m", "mirror", "--help"]).seconds)
-        loads.add(run_measured([sys.executable, "-c", load]).seconds)
+        helps.add(run_measured([MIRROR_PYTHON, "-m", "mirror", "--help"]).seconds)
+        loads.add(run_measured([MIRROR_PYTHON, "-c", load]).seconds)
     tries = max(rounds, 7)
-    bare = best_wall([sys.executable, "-c", "pass"], tries)
-    sync = best_wall([sys.executable, "-c", "import mirror.commands.sync"], tries)
-    floor = best_wall([sys.executable, "-c", LIBRARY_FLOOR], tries)
+    bare = best_wall([MIRROR_PYTHON, "-c", "pass"], tries)
+    sync = best_wall([MIRROR_PYTHON, "-c", "import mirror.commands.sync"], tries)
+    floor = best_wall([MIRROR_PYTHON, "-c", LIBRARY_FLOOR], tries)
     return Startup(
         helps.median, loads.median, sync - bare, bare, floor - bare, *heaviest_imports("mirror.commands.sync")
     )
+
+
+RUNS_AS = (
+    "mirror runs as the container image runs it: from a venv holding what the image installs (no test tools) "
+    "with MALLOC_ARENA_MAX=2."
+    if sys.executable != MIRROR_PYTHON
+    else "mirror runs from the development venv (test tools installed) with MALLOC_ARENA_MAX=2."
+)
 
 
 # What `mirror sync` cannot start without: the config's models (pydantic-settings, PyYAML), the HTTP client and
@@ -335,6 +344,7 @@ def main() -> int:
         raise SystemExit("skopeo and curl are needed: apt-get install -y skopeo curl")
     parts: list[str] = args.parts
     byte_compile()
+    os.environ["MALLOC_ARENA_MAX"] = "2"  # as the container image runs mirror
     work = Path(tempfile.mkdtemp(prefix="mirror-bench-"))
     bench = Bench(work)
     began = time.monotonic()
@@ -394,7 +404,7 @@ def main() -> int:
                     "| of which the libraries it cannot start without (asyncio, PyYAML, pydantic-settings, httpx, "
                     f"httpcore), alone, less a bare interpreter | {figures.floor_seconds:.3f} |",
                     "",
-                    "mirror's modules are byte-compiled first, as an installed package's are.",
+                    f"mirror's modules are byte-compiled first, as an installed package's are. {RUNS_AS}",
                     "",
                     "Where the sync command's imports go (`-X importtime`, one run): third-party packages "
                     f"(cumulative) {packages}; single modules (own time) {modules}.",
@@ -567,6 +577,7 @@ def main() -> int:
         "",
         f"Machine: {machine()}.",
         f"Parts: {', '.join(parts)}; {args.rounds} rounds where a part repeats, tools alternating; median (min-max).",
+        RUNS_AS,
     ]
     if image_set.names:
         lines.append(

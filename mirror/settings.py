@@ -1,7 +1,7 @@
 """Configuration: one YAML file (default config/mirror.yaml), overridden by MIRROR_* environment variables."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would compile each field's annotation from its string
+# at import, a tenth of this module's import time.
 import datetime
 import difflib
 import fnmatch
@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import (
@@ -262,7 +262,7 @@ class AliyunLoginSettings(_Model):
     timeout: float = Field(default=30.0, gt=0, le=600)  # each OpenAPI and STS call
 
     @model_validator(mode="after")
-    def _sdk_installed(self) -> AliyunLoginSettings:
+    def _sdk_installed(self) -> Self:
         if importlib.util.find_spec("alibabacloud_cr20181201") is None:
             raise ValueError("needs the Alibaba Cloud SDKs: pip install 'mirror[aliyun]'")
         return self
@@ -291,7 +291,7 @@ class RegistrySettings(_Model):
     aliyun: AliyunLoginSettings | None = None  # an ACR host: log in with a RAM identity, no stored password
 
     @model_validator(mode="after")
-    def _one_password(self) -> RegistrySettings:
+    def _one_password(self) -> Self:
         _one_source("password", password=self.password, file=self.password_file, env=self.password_env)
         if self.aliyun is not None and (self.username or self.password or self.password_file or self.password_env):
             raise ValueError("aliyun: logs in with a RAM identity; give no username or password with it")
@@ -335,7 +335,7 @@ class TargetSettings(_Model):
         return value
 
     @model_validator(mode="after")
-    def _edition_rules(self) -> TargetSettings:
+    def _edition_rules(self) -> Self:
         personal = acr.is_personal(self.registry)
         if "/" in self.namespace and personal:
             raise ValueError(
@@ -363,7 +363,7 @@ class ImageSettings(_Model):
     tag: str = VERSION_PLACEHOLDER
     # the Helm values keys that point at this image; default: the chart's blocks for the same repository,
     # or HAMi's own keys for its images
-    values_keys: list[str] = Field(default_factory=list)
+    values_keys: list[str] = []
     platforms: list[Platform] | None = None  # overrides the target's platform filter for this image
 
     @field_validator("source")
@@ -460,11 +460,11 @@ class InstallChartSettings(_Model):
     release: HelmRelease | None = None  # the Helm release name; default: the chart's name
     namespace: KubeNamespace | None = None  # the Kubernetes namespace; default: values.kube_namespace
     file_name: FileName | None = None  # default: <name>-values.yaml
-    values: PlainData = Field(default_factory=dict)  # merged into the values written
+    values: PlainData = {}  # merged into the values written
     subcharts: Literal["all", "enabled"] = "all"
 
     @model_validator(mode="after")
-    def _release_from_name(self) -> InstallChartSettings:
+    def _release_from_name(self) -> Self:
         if self.release is None and not _is_label(self.name, HELM_RELEASE_MAX):
             raise ValueError(
                 f"release: defaults to the chart's name {_shown(self.name)}, which is not a Helm release name; "
@@ -524,7 +524,7 @@ class SignatureRule(_Model):
         return value
 
     @model_validator(mode="after")
-    def _one_of_each(self) -> SignatureRule:
+    def _one_of_each(self) -> Self:
         for name in ("identity", "issuer"):
             exact, pattern = getattr(self, name), getattr(self, f"{name}_regexp")
             if (exact is None) == (pattern is None):
@@ -539,7 +539,7 @@ class SignatureRule(_Model):
 class SignatureSettings(_Model):
     # Sigstore's trusted root (a trusted_root.json); default: the public-good instance, refreshed over TUF
     trusted_root: Path | None = None
-    require: list[SignatureRule] = Field(default_factory=list)
+    require: list[SignatureRule] = []
     max_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)  # per bundle, payload, Rekor answer
 
     @field_validator("trusted_root")
@@ -550,7 +550,7 @@ class SignatureSettings(_Model):
         return value
 
     @model_validator(mode="after")
-    def _verifier_installed(self) -> SignatureSettings:
+    def _verifier_installed(self) -> Self:
         if self.require and importlib.util.find_spec("sigstore") is None:
             raise ValueError("require: needs sigstore-python: pip install 'mirror[signatures]'")
         return self
@@ -633,7 +633,7 @@ class NotifyChannelSettings(_Model):
     events: tuple[NotifyEvent, ...] = NOTIFY_EVENTS
 
     @model_validator(mode="after")
-    def _readable(self) -> NotifyChannelSettings:
+    def _readable(self) -> Self:
         url = self.url()
         if not re.match(r"^https?://[^\s/]+", url):
             raise ValueError("url: expected an http(s) URL")
@@ -657,7 +657,7 @@ class NotifySettings(_Model):
     """Messages to the on-call channel: a release newly mirrored to a target, a failure, drift. Never for a run
     that changed nothing; never failing or holding up the run they report."""
 
-    channels: list[NotifyChannelSettings] = Field(default_factory=list)
+    channels: list[NotifyChannelSettings] = []
     timeout: float = Field(default=10.0, gt=0, le=120)  # one post
     attempts: int = Field(default=3, ge=1, le=10)  # a post that fails to connect or gets a 5xx/429 is sent again
     deadline: float = Field(default=30.0, gt=0, le=600)  # every post of a run together
@@ -747,11 +747,11 @@ class MirrorSettings(BaseSettings):
 
     source: SourceSettings = SourceSettings()
     targets: list[TargetSettings] = Field(min_length=1)
-    images: list[ImageSettings] = Field(default_factory=list)  # optional when a chart is configured
+    images: list[ImageSettings] = []  # optional when a chart is configured
     chart: ChartSettings | None = None
-    charts: list[InstallChartSettings] = Field(default_factory=list)  # installed after the release's chart
+    charts: list[InstallChartSettings] = []  # installed after the release's chart
     output_dir: Path = Path("out")
-    registries: dict[str, RegistrySettings] = Field(default_factory=dict)
+    registries: dict[str, RegistrySettings] = {}
     docker_config: Path | None = None  # a docker config.json or a mounted dockerconfigjson secret
     transfer: TransferSettings = TransferSettings()
     retry: RetrySettings = RetrySettings()
@@ -812,7 +812,7 @@ class MirrorSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _something_to_mirror(self) -> MirrorSettings:
+    def _something_to_mirror(self) -> Self:
         if not self.images and self.chart is None:
             raise ValueError("images: name at least one image, or configure a chart: to take them from")
         if self.discovery.source == "chart" and self.chart is None:
@@ -822,7 +822,7 @@ class MirrorSettings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _unique_names(self) -> MirrorSettings:
+    def _unique_names(self) -> Self:
         for kind, names in (
             ("targets", [t.name for t in self.targets]),
             ("images", [i.name for i in self.images]),

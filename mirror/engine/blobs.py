@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from mirror.engine.probes import TargetProbes
 from mirror.engine.shutdown import Interrupted, Shutdown
+from mirror.engine.tasks import cancel_all, memoised
 from mirror.engine.upload import (
     BlobOrigin,
     BlobUpload,
@@ -50,7 +51,7 @@ class TargetBlobs:
     probe_concurrency: int = 16  # HEADs at this registry at once (its connection limit)
     _present: dict[str, set[str]] = field(default_factory=dict)
     _first: dict[str, str] = field(default_factory=dict)  # digest -> the repository that transfers it
-    _ensured: dict[tuple[str, str], asyncio.Task[BlobOutcome]] = field(default_factory=dict)
+    _ensured: dict[tuple[str, str], asyncio.Future[BlobOutcome]] = field(default_factory=dict)
     probes: TargetProbes = field(init=False)  # the run's HEADs at this registry, shared with verification
 
     def __post_init__(self) -> None:
@@ -86,11 +87,7 @@ class TargetBlobs:
     ) -> BlobOutcome:
         """Make `repository` hold `blob`. Concurrent calls for the same blob share one transfer."""
         key = (repository, blob.digest)
-        task = self._ensured.get(key)
-        if task is None:
-            task = asyncio.ensure_future(self._ensure(repository, blob, origin, on_bytes))
-            task.add_done_callback(_consume_exception)  # a waiter may have been cancelled
-            self._ensured[key] = task
+        task = memoised(self._ensured, key, lambda: self._ensure(repository, blob, origin, on_bytes))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -100,8 +97,7 @@ class TargetBlobs:
 
     def cancel_pending(self) -> None:
         self.probes.cancel_pending()
-        for task in self._ensured.values():
-            task.cancel()
+        cancel_all(self._ensured)
 
     async def _ensure(
         self, repository: str, blob: Descriptor, origin: BlobOrigin, on_bytes: Callable[[int], None] | None
@@ -188,8 +184,3 @@ class _BlobTransfer:
         """Given up: let the registry drop what a chunked session holds."""
         if self.chunked is not None:
             await self.client.cancel_upload(self.repository, self.chunked.session)
-
-
-def _consume_exception(task: asyncio.Task[BlobOutcome]) -> None:
-    if not task.cancelled():
-        task.exception()

@@ -13,7 +13,7 @@ from mirror.engine.jobs import ImageJob, TargetRef
 from mirror.engine.referrers import Found, look_up_referrers, read_fallback
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.statecache import ManifestCache, RegistryNotes
-from mirror.engine.tasks import memoised, started
+from mirror.engine.tasks import cancel_all, memoised, started
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
 from mirror.oci import Descriptor
@@ -32,9 +32,9 @@ class RunCache:
         self.transfer_limit = asyncio.Semaphore(transfer.blob_concurrency)
         self.spool = Spool(settings.spool.max_bytes, transfer.chunk_size, settings.spool.dir)
         self.blobs: dict[str, TargetBlobs] = {}
-        self._trees: dict[str, asyncio.Task[ManifestTree]] = {}
-        self._referrers: dict[ReferrerKey, asyncio.Task[Found]] = {}
-        self._referrer_heads: dict[ReferrerKey, asyncio.Task[Found]] = {}
+        self._trees: dict[str, asyncio.Future[ManifestTree]] = {}
+        self._referrers: dict[ReferrerKey, asyncio.Future[Found]] = {}
+        self._referrer_heads: dict[ReferrerKey, asyncio.Future[Found]] = {}
         self._anonymous: dict[str, RegistryClient] = {}
         self.manifests = ManifestCache(settings.state_dir)
         self.notes = RegistryNotes(settings.state_dir)
@@ -62,7 +62,7 @@ class RunCache:
         source = RegistryOrigin(self.clients[job.source.registry], job.source.name)
         return self.spool.origin(source) if len(job.targets) > 1 else source
 
-    def source_tree(self, job: ImageJob, digest: str) -> asyncio.Task[ManifestTree]:
+    def source_tree(self, job: ImageJob, digest: str) -> asyncio.Future[ManifestTree]:
         source, concurrency = self.clients[job.source.registry], self.settings.transfer.manifest_concurrency
         return memoised(
             self._trees, digest, lambda: load_tree(source, job.source.name, digest, concurrency, self.manifests)
@@ -73,7 +73,7 @@ class RunCache:
         client = self.clients[ref.repository.registry]
         return started(client.head_manifest(ref.repository.name, job.tag))
 
-    def look_up_referrers(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
+    def look_up_referrers(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Future[Found]:
         """The HEADs (and the referrers API) of the look-up, started as soon as the source digest is known; the
         fallback index's listing, a manifest GET, is read only when something needs it (`referrers_of`)."""
         key = (job.source.registry, job.source.name, digest)
@@ -88,7 +88,7 @@ class RunCache:
             self.notes.note_referrers_api(host, found.api)
         return found
 
-    def referrers_of(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Task[Found]:
+    def referrers_of(self, job: ImageJob, digest: str, api: bool = True) -> asyncio.Future[Found]:
         """What refers to a source digest, listed in full, once per run for the gate and every target. `api`:
         False once the source is known to lack the referrers API (its tags are still looked at)."""
         key = (job.source.registry, job.source.name, digest)
@@ -113,8 +113,7 @@ class RunCache:
         """Stop work nobody waits for any more (its image already failed, or the run is abandoned)."""
         for blobs in self.blobs.values():
             blobs.cancel_pending()
-        for task in (*self._trees.values(), *self._referrers.values(), *self._referrer_heads.values()):
-            task.cancel()
+        cancel_all(self._trees, self._referrers, self._referrer_heads)
 
     async def aclose(self) -> None:
         self.cancel_pending()

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from mirror.engine.tasks import memoised
+from mirror.engine.tasks import cancel_all, memoised
 from mirror.engine.tree import ManifestTree
 from mirror.oci import Descriptor
 from mirror.registry import RegistryClient
@@ -23,15 +23,15 @@ class TargetProbes:
     def __init__(self, client: RegistryClient, concurrency: int) -> None:
         self.client = client
         self._limit = asyncio.Semaphore(concurrency)  # kept here, not in the connection pool's queue
-        self._manifests: dict[tuple[str, str], asyncio.Task[Descriptor | None]] = {}
-        self._blobs: dict[tuple[str, str], asyncio.Task[int | None]] = {}
+        self._manifests: dict[tuple[str, str], asyncio.Future[Descriptor | None]] = {}
+        self._blobs: dict[tuple[str, str], asyncio.Future[int | None]] = {}
 
-    def manifest(self, repository: str, digest: str) -> asyncio.Task[Descriptor | None]:
+    def manifest(self, repository: str, digest: str) -> asyncio.Future[Descriptor | None]:
         """The manifest `digest` as the target's HEAD describes it, or None where it lacks it."""
         ask = self.client.head_manifest
         return memoised(self._manifests, (repository, digest), lambda: self._limited(ask(repository, digest)))
 
-    def blob(self, repository: str, digest: str) -> asyncio.Task[int | None]:
+    def blob(self, repository: str, digest: str) -> asyncio.Future[int | None]:
         """The blob's size at the target, or None where it lacks it."""
         ask = self.client.head_blob
         return memoised(self._blobs, (repository, digest), lambda: self._limited(ask(repository, digest)))
@@ -44,8 +44,7 @@ class TargetProbes:
             self.blob(repository, blob.digest)
 
     def cancel_pending(self) -> None:
-        for task in (*self._manifests.values(), *self._blobs.values()):
-            task.cancel()
+        cancel_all(self._manifests, self._blobs)
 
     async def _limited(self, request: Awaitable[T]) -> T:
         async with self._limit:

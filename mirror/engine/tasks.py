@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+import functools
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -17,12 +18,35 @@ def started(work: Awaitable[T]) -> asyncio.Task[T]:
     return task
 
 
-def memoised(table: dict[K, asyncio.Task[T]], key: K, start: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
-    """The task for `key`: started by the first caller, shared by every other."""
-    task = table.get(key)
-    if task is None:
-        task = table[key] = started(start())
-    return task
+def memoised(table: dict[K, asyncio.Future[T]], key: K, start: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+    """The answer for `key`: started by the first caller, shared by every other. Once the work is done, its
+    entry is a bare future holding the outcome: a run keeps thousands of answers, and a finished task with
+    its coroutine costs four times the memory."""
+    answer = table.get(key)
+    if answer is None:
+        answer = table[key] = started(start())
+        answer.add_done_callback(functools.partial(_settle, table, key))
+    return answer
+
+
+def cancel_all(*tables: Mapping[Any, asyncio.Future[Any]]) -> None:
+    """Cancel what is still under way in memo tables (a settled answer ignores it)."""
+    for table in tables:
+        for answer in table.values():
+            answer.cancel()
+
+
+def _settle(table: dict[K, asyncio.Future[T]], key: K, task: asyncio.Future[T]) -> None:
+    if task.cancelled() or table.get(key) is not task:
+        return
+    settled: asyncio.Future[T] = task.get_loop().create_future()
+    error = task.exception()
+    if error is None:
+        settled.set_result(task.result())
+    else:
+        settled.set_exception(error)
+        settled.exception()  # read, as `started` reads the task's: nobody may ask for it
+    table[key] = settled
 
 
 def _dropped_unless_read(task: asyncio.Task[Any]) -> None:
