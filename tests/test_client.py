@@ -5,6 +5,7 @@ loopback for answers over every limit."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import http.server
 import socket
 import threading
@@ -22,7 +23,7 @@ from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.client import MAX_TAG_PAGE_BYTES
 from mirror.registry.errors import IntegrityError, parse_error_body
 from mirror.registry.options import ClientOptions
-from mirror.registry.sockets import pooled_transport
+from mirror.registry.pool import pooled_transport
 from tests.support import http_server, with_client
 
 T = TypeVar("T")
@@ -91,6 +92,38 @@ def test_tags_at_a_real_registry(source: LocalRegistry) -> None:
     with_client(source, lambda c: push_single(c, "ns/r", "one"))
     with_client(source, lambda c: push_single(c, "ns/r", "two", seed=1))
     assert sorted(with_client(source, lambda c: c.list_tags("ns/r"))) == ["one", "two"]
+
+
+def test_answers_are_freed_without_the_cycle_collector(source: LocalRegistry) -> None:
+    """httpx's Response and the stream it binds to it refer to each other, so an answer, with its body and its
+    request's, would wait for a full collection: hundreds of blob bodies at once in a long run. The client
+    unbinds every answer it is done with; with the collector off, none is left for it."""
+    from mirror.demo.sample import push_single
+
+    async def round_trip(client: RegistryClient) -> int:
+        await push_single(client, "ns/r", "one", layer_sizes=(64 * 1024, 5 * 1024 * 1024))  # read whole, streamed
+        manifest = await client.get_manifest("ns/r", "one")
+        assert await client.head_manifest("ns/r", "one") is not None
+        sizes = [len(await client.read_blob("ns/r", blob)) for blob in manifest.blobs]
+        for blob in manifest.blobs:
+            assert await client.head_blob("ns/r", blob.digest) == blob.size
+            async with client.open_blob("ns/r", blob.digest) as body:
+                async for _ in body.chunks:
+                    pass
+        return sum(sizes)
+
+    gc.collect()
+    gc.disable()
+    try:
+        assert with_client(source, round_trip) > 5 * 1024 * 1024
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        left = [type(item).__name__ for item in gc.garbage if isinstance(item, (httpx.Response, httpx.Request))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
 
 
 async def test_docker_hub_rate_limit_headers_are_read() -> None:
@@ -284,3 +317,35 @@ def _readable_within(transport: httpx.AsyncHTTPTransport, seconds: float) -> Non
     deadline = time.monotonic() + seconds
     while any(not c.has_expired() for c in transport._pool.connections) and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def test_the_pool_bounds_its_connections_reuses_them_and_keeps_alive_no_more_than_it_may(
+    source: LocalRegistry,
+) -> None:
+    """`registry/pool.py`'s hand-out pass, against a real registry: 60 requests at once share at most 4
+    connections; once they are answered, the pool keeps at most `max_keepalive_connections` of them."""
+
+    async def burst() -> tuple[list[int], int, int]:
+        limits = httpx.Limits(max_connections=4, max_keepalive_connections=1, keepalive_expiry=600)
+        transport = pooled_transport(limits, verify=False, http2=False)
+        seen: list[int] = []
+
+        async def probe(client: httpx.AsyncClient) -> int:
+            response = await client.get(f"{source.url}/v2/")
+            seen.append(len(transport._pool.connections))
+            return response.status_code
+
+        async with httpx.AsyncClient(transport=transport) as client:
+            statuses = await asyncio.gather(*(probe(client) for _ in range(60)))
+            made = len({id(c) for c in transport._pool.connections})
+            await client.get(f"{source.url}/v2/")  # a pass after the burst: surplus idle connections go
+            kept = len(transport._pool.connections)
+        return [*statuses, *seen], made, kept
+
+    mark = len(source.access_log())
+    answers, made, kept = asyncio.run(burst())
+    statuses, sizes = answers[:60], answers[60:]
+    assert statuses == [200] * 60
+    assert max(sizes) <= 4 and made <= 4
+    assert kept == 1
+    assert [entry.path for entry in source.access_log()[mark:]] == ["/v2/"] * 61

@@ -45,6 +45,19 @@ class Service:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        """Start and wait until ready; on a port another process took between our pick and the bind, again on
+        a fresh one (tests reach the service through `url`)."""
+        for _ in range(3):
+            written = self.log.stat().st_size if self.log.exists() else 0
+            if self._started():
+                return
+            if "address already in use" not in self.log.read_text()[written:].lower():
+                raise AssertionError(f"service exited:\n{self.log.read_text()}")
+            self.port = free_port()
+        raise AssertionError(f"no free port held long enough:\n{self.log.read_text()}")
+
+    def _started(self) -> bool:
+        """True once ready; False if the process exited first."""
         log = self.log.open("a")
         command = [
             sys.executable,
@@ -61,10 +74,11 @@ class Service:
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text()
+            if self.process.poll() is not None:
+                return False
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
+                    return True
             except httpx.TransportError:
                 pass
             time.sleep(0.1)

@@ -16,6 +16,19 @@ class BodyTooLarge(Exception):
         super().__init__(f"{declared} bytes (limit {limit})" if declared is not None else f"over {limit} bytes")
 
 
+def released(response: httpx.Response) -> httpx.Response:
+    """`response`, once closed, without the stream httpx bound to it. httpx's Response and that stream refer to
+    each other (encode/httpx#3733), so every response, with its body and its request's, waited for the cyclic
+    garbage collector: at 50 images, 81 blob bodies (16 MB) were held at once where 4 were in use. A closed
+    response never reads its stream again."""
+    if response.is_closed:
+        response.stream = _RELEASED
+    return response
+
+
+_RELEASED = httpx.ByteStream(b"")
+
+
 async def read_limited(response: httpx.Response, limit: int, *, truncate: bool = False, keep: bool = False) -> bytes:
     """The body, at most `limit` bytes as decoded (an answer already in memory is measured, not read again).
     Over the limit, declared or as it arrives: BodyTooLarge; with `truncate`, the first `limit` bytes (an

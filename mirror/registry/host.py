@@ -9,6 +9,7 @@ import httpx
 
 from mirror.reference import is_valid_digest
 from mirror.registry.auth import RegistryAuth
+from mirror.registry.body import released
 from mirror.registry.errors import RegistryUnreachable
 
 
@@ -30,6 +31,6 @@ class RegistryHost:
 
     async def _send(self, action: str, where: str, method: str, url: str | httpx.URL, **kwargs: Any) -> httpx.Response:
         try:
-            return await self.http.request(method, url, **kwargs)
+            return released(await self.http.request(method, url, **kwargs))
         except httpx.TransportError as exc:
             raise RegistryUnreachable(action, where, exc) from exc

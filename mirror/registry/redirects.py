@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 import httpx
 
 from mirror.registry.auth import RegistryAuth
+from mirror.registry.body import released
 from mirror.registry.errors import RegistryError, RegistryUnreachable
 
 MAX_REDIRECTS = 5
@@ -83,6 +84,7 @@ class Redirects:
                 if following is None:
                     break
                 await response.aclose()
+                released(response)
                 if hop == MAX_REDIRECTS:
                     message = f"more than {MAX_REDIRECTS} redirects, the last to {following.copy_with(query=None)}"
                     raise RegistryError(action, where, response.status_code, "", message)
@@ -91,5 +93,6 @@ class Redirects:
                 yield response
             finally:
                 await response.aclose()
+                released(response)
         except httpx.TransportError as exc:
             raise RegistryUnreachable(action, where, exc) from exc

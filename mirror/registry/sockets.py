@@ -3,8 +3,8 @@
 Whenever httpcore's pool hands out a connection, it asks every idle one whether its socket has become readable
 (the server closed it). anyio answers each such lookup by building a table of its socket's attributes, and with
 a few dozen connections that was a fifth of a no-op run's CPU. httpx does not take a network backend, so
-`pooled_transport` sets it on the pool httpx built, before any connection exists; `tests/test_client.py` checks
-that idle connections the server closed are still noticed."""
+`pool.pooled_transport` gives it to the pool it puts under httpx's transport; `tests/test_client.py` checks that
+idle connections the server closed are still noticed."""
 
 # ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore's network-backend interface)
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpcore
-import httpx
 from httpcore._backends.anyio import AnyIOBackend
 from httpcore._utils import is_socket_readable
 
@@ -70,12 +69,3 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
-
-
-def pooled_transport(limits: httpx.Limits, verify: bool, http2: bool) -> httpx.AsyncHTTPTransport:
-    """httpx's transport over httpcore's pool, its connections made by `SocketBackend`."""
-    transport = httpx.AsyncHTTPTransport(limits=limits, verify=verify, http2=http2)
-    pool = transport._pool
-    assert isinstance(pool, httpcore.AsyncConnectionPool) and not pool.connections
-    pool._network_backend = SocketBackend()
-    return transport

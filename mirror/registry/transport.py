@@ -10,9 +10,9 @@ from mirror.registry.cancelsafe import CancelSafeTransport
 from mirror.registry.credentials import Credentials, resolve_credentials
 from mirror.registry.deadline import DeadlineTransport
 from mirror.registry.options import ClientOptions
+from mirror.registry.pool import pooled_transport
 from mirror.registry.poollimit import PoolLimitTransport
 from mirror.registry.retry import RetryPolicy, RetryTransport, StatusObserver
-from mirror.registry.sockets import pooled_transport
 
 USER_AGENT = f"mirror/{__version__}"
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from mirror.registry.body import released
 from mirror.registry.errors import RegistryError, raise_for_response
 from mirror.registry.host import RegistryHost
 
@@ -106,7 +107,7 @@ class BlobUploads(RegistryHost):
         """Abandon an upload session so the registry can drop what it holds (best effort: a registry may not
         allow it, and the session may be gone already). True when the registry confirmed."""
         try:
-            response = await self.http.request("DELETE", session.url, timeout=CANCEL_TIMEOUT)
+            response = released(await self.http.request("DELETE", session.url, timeout=CANCEL_TIMEOUT))
         except httpx.HTTPError:
             return False
         return response.status_code in (200, 202, 204)
