@@ -408,6 +408,7 @@ class ValuesSettings(_Model):
 
 
 class TransferSettings(_Model):
+    # blob transfers at once to each target registry; the whole run moves at most twice this many at once
     blob_concurrency: int = Field(default=4, ge=1, le=64)
     manifest_concurrency: int = Field(default=8, ge=1, le=64)
     chunk_size: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)  # read buffer

@@ -41,7 +41,8 @@ class TargetBlobs:
     same registry then mounts it from there. Known locations also come from HEAD checks."""
 
     client: RegistryClient
-    transfer_limit: asyncio.Semaphore
+    transfer_limit: asyncio.Semaphore  # this registry's transfers at once
+    run_limit: asyncio.Semaphore  # the whole run's: each transfer holds buffers
     repositories: frozenset[str]  # the run's repositories here: candidates for a mount
     policy: RetryPolicy
     chunked_threshold: int
@@ -144,7 +145,7 @@ class _BlobTransfer:
 
     async def attempt(self, number: int) -> BlobOutcome:
         self.blobs.shutdown.check()
-        async with self.blobs.transfer_limit:
+        async with self.blobs.transfer_limit, self.blobs.run_limit:
             self.blobs.shutdown.check()
             if self.chunked is not None:
                 await self.chunked.resume()
