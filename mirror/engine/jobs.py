@@ -122,6 +122,8 @@ class InstallCharts:
 
 @dataclass(frozen=True, slots=True)
 class _Copy:
+    """One image of a job before it is planned: the source tag, pinned to a digest when the chart pins it."""
+
     name: str
     source: Repository
     tag: str

@@ -61,12 +61,16 @@ def rewrite_of(source_digest: str, target_digest: str, dropped: tuple[Dropped, .
 
 @dataclass(frozen=True, slots=True)
 class UpToDate:
+    """The target already held the source's tree under the tag, and it verified: nothing was sent."""
+
     digest: str
     rewrite: Rewrite | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Copied:
+    """Copied in this run and verified at the target: what moved, and how each blob got there."""
+
     digest: str
     plan: str
     blobs: Mapping[str, int]  # present / mounted / uploaded counts
@@ -83,6 +87,9 @@ class Planned:
 
 @dataclass(frozen=True, slots=True)
 class Drift:
+    """The target's tag points at another digest than the source's: left alone, since release tags should not move
+    (`--force` overwrites)."""
+
     reason: str
 
 

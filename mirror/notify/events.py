@@ -11,6 +11,8 @@ from mirror.report import ReleaseResult
 
 @dataclass(frozen=True, slots=True)
 class Mirrored:
+    """A release's images newly landed on a target, with the values that point at them."""
+
     release: str
     target: str
     images: tuple[str, ...]  # the images copied to the target in this run
@@ -40,6 +42,8 @@ class Failed:
 
 @dataclass(frozen=True, slots=True)
 class Drifted:
+    """A target's tag that points at another digest than the source's, left alone."""
+
     release: str
     image: str
     target: str
