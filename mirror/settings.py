@@ -408,8 +408,10 @@ class ValuesSettings(_Model):
 
 
 class TransferSettings(_Model):
-    # blob transfers at once to each target registry; the whole run moves at most twice this many at once
-    blob_concurrency: int = Field(default=4, ge=1, le=64)
+    # blob transfers at once to each target registry (each region has a link of its own), and across the whole
+    # run (each transfer holds a few MB of buffers)
+    blob_concurrency: int = Field(default=6, ge=1, le=64)
+    run_blob_concurrency: int = Field(default=8, ge=1, le=256)
     manifest_concurrency: int = Field(default=8, ge=1, le=64)
     chunk_size: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)  # read buffer
     chunked_upload_threshold: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)  # larger blobs go in PATCHes
@@ -421,6 +423,15 @@ class TransferSettings(_Model):
     deadline: float = Field(default=300.0, gt=0, le=86400)
     min_rate: int = Field(default=64 * 1024, ge=1024)  # bytes per second a blob read may average, at the least
     max_blob_size: int = Field(default=50 * 1024**3, ge=1024)  # a descriptor claiming more is refused unread
+
+    @model_validator(mode="after")
+    def _run_takes_a_registry(self) -> Self:
+        if self.run_blob_concurrency < self.blob_concurrency:
+            raise ValueError(
+                f"run_blob_concurrency ({self.run_blob_concurrency}) must be at least blob_concurrency "
+                f"({self.blob_concurrency}): the run's bound takes in every target's"
+            )
+        return self
 
 
 class ChartSettings(_Model):

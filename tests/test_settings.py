@@ -32,11 +32,11 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.Monk
     path = config_file(tmp_path, VALID)
     monkeypatch.setenv("MIRROR_OUTPUT_DIR", "/data/out")
     monkeypatch.setenv("MIRROR_SOURCE__REGISTRY", "mirror.gcr.io")
-    monkeypatch.setenv("MIRROR_TRANSFER__BLOB_CONCURRENCY", "9")
+    monkeypatch.setenv("MIRROR_TRANSFER__BLOB_CONCURRENCY", "7")
     settings = load_settings(path)
     assert settings.output_dir == Path("/data/out")
     assert settings.source.registry == "mirror.gcr.io"
-    assert settings.transfer.blob_concurrency == 9
+    assert settings.transfer.blob_concurrency == 7
     assert settings.targets[0].namespace == "ns"  # untouched keys keep the file's value
 
 
@@ -65,6 +65,10 @@ def test_password_is_secret(tmp_path: Path) -> None:
         (lambda d: d.update(typo_key=1), "typo_key: Extra inputs are not permitted"),
         (lambda d: d["targets"].append(dict(d["targets"][0])), "duplicate name(s) hz"),
         (lambda d: d.update(transfer={"blob_concurrency": 0}), "transfer.blob_concurrency"),
+        (
+            lambda d: d.update(transfer={"blob_concurrency": 10}),
+            "run_blob_concurrency (8) must be at least blob_concurrency (10)",
+        ),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, mutate: object, key: str) -> None:

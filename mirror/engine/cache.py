@@ -20,10 +20,6 @@ from mirror.oci import Descriptor
 from mirror.registry import RegistryClient
 from mirror.settings import MirrorSettings
 
-# Blob transfers at once across the run: twice `transfer.blob_concurrency`, which bounds each target registry's.
-# Fan-out to three regions then keeps eight transfers going instead of four, while each transfer's buffers
-# (a few MB) stay bounded in all.
-RUN_TRANSFERS_PER_SETTING = 2
 ReferrerKey = tuple[str, str, str]  # source registry, repository, digest
 
 
@@ -33,7 +29,7 @@ class RunCache:
         self.clients = clients
         self.shutdown = shutdown
         transfer = settings.transfer
-        self.run_transfer_limit = asyncio.Semaphore(RUN_TRANSFERS_PER_SETTING * transfer.blob_concurrency)
+        self.run_transfer_limit = asyncio.Semaphore(transfer.run_blob_concurrency)
         self.spool = Spool(settings.spool.max_bytes, transfer.chunk_size, settings.spool.dir)
         self.blobs: dict[str, TargetBlobs] = {}
         self._trees: dict[str, asyncio.Future[ManifestTree]] = {}
@@ -50,7 +46,7 @@ class RunCache:
             transfer = self.settings.transfer
             state = self.blobs[host] = TargetBlobs(
                 self.clients[host],
-                asyncio.Semaphore(transfer.blob_concurrency),  # per registry: each region has a link of its own
+                asyncio.Semaphore(transfer.blob_concurrency),
                 self.run_transfer_limit,
                 repositories,
                 retry_policy(self.settings.retry),
