@@ -172,7 +172,7 @@ class ReleaseResult:
                     "kubectl": v.kubectl_command,
                     "chart": v.chart,
                     **({"chart_note": v.chart_note} if v.chart_note else {}),
-                    **({"proof": v.proof} if v.proof is not None else {}),
+                    **({"proof": v.proof.to_json()} if v.proof is not None else {}),
                     **({"warnings": list(v.warnings)} if v.warnings else {}),
                 }
                 for v in self.values

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -16,12 +16,17 @@ from mirror.output import write_all
 from mirror.release import VersionError, chart_version, version_key
 from mirror.settings import MirrorSettings, TargetSettings, ValuesSettings
 
+if TYPE_CHECKING:  # rendering is imported only where a chart is rendered
+    from mirror.chart.proof import Proof
+
 RBAC_FILE_NAME = "hami-scheduler-dra-rbac.yaml"
 NESTED_SCHEMA_SINCE = (2, 7, 0)
 
 
 @dataclass(frozen=True, slots=True)
 class ValuesFile:
+    """One values file written for one chart at one target, and how to install with it."""
+
     target: str
     path: Path
     helm_command: str
@@ -31,7 +36,7 @@ class ValuesFile:
     text: str = field(default="", repr=False)  # what was written: the service keeps it with the job
     chart: str = ""  # what the `helm install` line installs: oci://..., the .tgz beside the values, a repo/name
     chart_note: str | None = None  # where the chart is, when it is not what was asked (a refused push)
-    proof: dict[str, Any] | None = None  # the rendered chart's images and their verdicts
+    proof: Proof | None = None  # the rendered chart's images and their verdicts
     warnings: tuple[str, ...] = ()
     chart_name: str = "hami"  # which chart of the install these values are for
     chart_version: str = ""
@@ -224,7 +229,7 @@ def write_values(
     values: dict[str, Any],
     install: ChartInstall,
     pull_secret: str | None = None,
-    proof: dict[str, Any] | None = None,
+    proof: Proof | None = None,
     warnings: tuple[str, ...] = (),
     spec: ChartSpec | None = None,
     chart_version_: str | None = None,

@@ -19,6 +19,7 @@ import yaml
 from mirror.chart.archive import ChartError, open_chart
 from mirror.chart.publish import publish_chart
 from mirror.chart.render import RenderRequest, render_images
+from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import MiB, SampleImage, push_single
 from mirror.demo.samplechart import ChartRepository, chart_files, chart_repository, hami_chart, package
@@ -130,6 +131,13 @@ def test_a_config_naming_only_the_chart_mirrors_every_image_it_can_run(
     # and what Helm installs from that copy with the written values pulls nothing from the source
     rendered = render_with_helm(pulled_chart, Path(values_entry["path"]))
     assert len(rendered) == 5 and not [image for image in rendered if image.startswith(source.host)]
+
+    # the same proof, as a person reading a re-run's output sees it
+    assert main(["sync", VERSION, "--config", str(config)]) == 0
+    printed = capsys.readouterr().out
+    assert "    proof (Helm v4" in printed and "): every image mirrored or allowed" in printed
+    scheduler = "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler:v1.32.0"
+    assert f"      {scheduler}: allowed registry (" in printed
 
 
 def render_with_helm(chart_bytes: bytes, values_path: Path) -> list[str]:

@@ -105,11 +105,11 @@ def print_summary(results: list[ReleaseResult]) -> None:
             if values.chart_note:
                 print(f"    chart: {values.chart_note}")
             if values.proof is not None:
-                verdict = "every image mirrored or allowed" if values.proof["ok"] else "IMAGES LEFT ON THE SOURCE"
-                print(f"    proof ({values.proof['renderer']}): {verdict}")
-                for image in values.proof["images"]:
-                    note = f"; {image['note']}" if image.get("note") else ""
-                    print(f"      {image['image']}: {image['verdict']} ({image['from']}{note})")
+                verdict = "every image mirrored or allowed" if values.proof.ok else "IMAGES LEFT ON THE SOURCE"
+                print(f"    proof ({values.proof.renderer}): {verdict}")
+                for checked in values.proof.images:
+                    note = f"; {checked.note}" if checked.note else ""
+                    print(f"      {checked.reference}: {checked.verdict} ({checked.source}{note})")
             if values.rbac_path:
                 print(f"    kubectl apply -f {values.rbac_path}")
             if values.kubectl_command:

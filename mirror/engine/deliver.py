@@ -107,7 +107,7 @@ async def deliver(
         values,
         install,
         pull_secret,
-        proof.to_json() if proof else None,
+        proof,
         tuple(f"NOT MIRRORED: {p}" for p in problems),
         chart.spec,
         chart.version,

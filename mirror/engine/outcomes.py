@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirror.engine.policy import Dropped
+from mirror.errors import Kind, MirrorError
 from mirror.oci import Descriptor
 
 # -- what a target tag needs ---------------------------------------------------------------------------
@@ -94,18 +95,28 @@ class Drift:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
-    """The target registry (or a policy) refused the copy, and would refuse it again."""
+class NotLanded:
+    """What stopped a copy, and the plan it had where it got that far."""
 
     reason: str
     plan: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Failed:
-    reason: str
-    plan: str | None = None
-    copied: Copied | None = None  # pushed, then not verified
+class Refused(NotLanded):
+    """The target registry (or a policy) refused the copy, and would refuse it again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed(NotLanded):
+    """Anything else that stopped it: the wire, the source, or a copy pushed and then not verified (`copied`)."""
+
+    copied: Copied | None = None
+
+
+def not_landed(exc: MirrorError, reason: str, plan: str | None = None) -> Refused | Failed:
+    """The outcome of a copy stopped by `exc`: refused where the registry will refuse it again, else failed."""
+    return Refused(reason, plan) if exc.kind is Kind.REFUSED else Failed(reason, plan)
 
 
 Outcome = UpToDate | Copied | Planned | Drift | Refused | Failed

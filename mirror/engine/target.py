@@ -27,6 +27,7 @@ from mirror.engine.outcomes import (
     Planned,
     Refused,
     UpToDate,
+    not_landed,
     rewrite_of,
 )
 from mirror.engine.plan import apply_policy, plan_target
@@ -35,7 +36,7 @@ from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referr
 from mirror.engine.statecache import ManifestCache
 from mirror.engine.tree import manifest_by_digest
 from mirror.engine.verify import Known, Verification, verify_copy
-from mirror.errors import Kind, MirrorError
+from mirror.errors import MirrorError
 from mirror.oci import INDEX_TYPES, Descriptor
 from mirror.progress import Progress
 from mirror.registry import RegistryClient
@@ -103,7 +104,7 @@ class TargetStages:
 
     def _failed(self, job: ImageJob, ref: TargetRef, reference: str, exc: MirrorError) -> TargetResult:
         reason = str(exc) + acr.missing_namespace_hint(ref.target.registry, exc)
-        outcome: Outcome = Refused(reason) if exc.kind is Kind.REFUSED else Failed(reason)
+        outcome = not_landed(exc, reason)
         self._note_failure(job, ref, outcome)
         return TargetResult(ref.name, reference, outcome)
 
@@ -185,7 +186,7 @@ class TargetStages:
             )
         except MirrorError as exc:
             reason = str(exc) + acr.missing_namespace_hint(ref.target.registry, exc)
-            return Refused(reason, described) if exc.kind is Kind.REFUSED else Failed(reason, described)
+            return not_landed(exc, reason, described)
         return self._copied(stats, described, resolved, label), stats
 
     def _copied(self, stats: CopyStats, plan: str, resolved: Descriptor, label: str) -> Copied:

@@ -25,6 +25,8 @@ class Mirrored:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
+    """One image, chart or job that failed in a run (`what`), at which target or service (`where`), and why."""
+
     what: str
     where: str
     reason: str
