@@ -1,3 +1,3 @@
-from mirror.cli import main
+from mirror.cli import entry
 
-raise SystemExit(main())
+entry()

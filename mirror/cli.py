@@ -4,7 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import os
+import sys
+import threading
 from pathlib import Path
+from typing import NoReturn
 
 from mirror import __version__
 
@@ -148,5 +154,19 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
+def entry(argv: list[str] | None = None) -> NoReturn:
+    """The `mirror` command: `main`, then out without tearing the interpreter down. Freeing every module's objects
+    one by one took 60 to 90 ms of a 0.6 s no-op sync, and the kernel frees them at once. The exit handlers run
+    and the streams are flushed first; where another thread still runs, Python's own exit waits for it."""
+    code = main(argv)
+    if threading.active_count() > 1:
+        raise SystemExit(code)
+    atexit._run_exitfuncs()  # logging's last flush among them
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (`mirror sync | head`) wants no more
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

@@ -3,8 +3,10 @@ the settings or HTTP."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +66,22 @@ def test_help_loads_neither_settings_nor_http() -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in timed}
     assert "mirror.cli" in imported  # the measure sees our own modules
     assert not imported & set(HEAVY_MODULES)
+
+
+def test_the_command_leaves_quickly_yet_runs_exit_handlers_and_flushes(tmp_path: Path) -> None:
+    """`mirror` skips the interpreter's teardown: what a caller relies on still happens (exit handlers, every
+    line written to a pipe, the exit code)."""
+    marker = tmp_path / "handlers-ran"
+    script = (
+        "import atexit, pathlib, sys\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
+        "for _ in range(2000): print('x' * 99)\n"  # more than a pipe holds, the last lines still in the buffer
+        "from mirror.cli import entry\n"
+        f"entry(['sync', 'v2.10.0', '--config', {str(tmp_path / 'absent.yaml')!r}])\n"
+    )
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=buffered)
+    assert done.returncode == 2
+    assert done.stdout == ("x" * 99 + "\n") * 2000
+    assert f"config file {tmp_path / 'absent.yaml'} not found" in done.stderr
+    assert marker.read_text() == "yes"
