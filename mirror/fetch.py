@@ -8,6 +8,7 @@ import httpx
 from mirror.errors import MirrorError
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.retry import RetryPolicy
+from mirror.registry.tls import tls_context
 from mirror.registry.transport import layered
 from mirror.untrusted import clip
 
@@ -19,7 +20,7 @@ class FetchError(MirrorError):
 def http_client(
     timeout: float, retry: RetryPolicy, deadline: float = 300.0, min_rate: int = 64 * 1024
 ) -> httpx.AsyncClient:
-    transport = layered(httpx.AsyncHTTPTransport(), retry, deadline, min_rate)
+    transport = layered(httpx.AsyncHTTPTransport(verify=tls_context()), retry, deadline, min_rate)
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True)
 
 

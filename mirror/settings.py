@@ -276,7 +276,9 @@ class RegistrySettings(_Model):
     password: SecretStr | None = None
     password_file: Path | None = None
     password_env: EnvName | None = None  # the name of an environment variable that holds the password
-    max_connections: int = Field(default=16, ge=1, le=256)
+    # HTTP/1.1 asks one thing per connection at a time: a no-op verifies two three-platform images (30 HEADs)
+    # in one round trip with 32, in two with 16 (across the border: 0.66 s to 0.54 s, cold and fan-out no slower)
+    max_connections: int = Field(default=32, ge=1, le=256)
     # HTTP/2 over TLS: every request to the host multiplexed on one connection (no handshake per connection
     # opened); a host that does not offer h2 is spoken to in HTTP/1.1 as before
     http2: bool = False

@@ -17,7 +17,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +32,8 @@ class Fault:
     # status: answer with `status` instead of forwarding; reset_request: forward `after_bytes` of the body,
     # then reset both sides (the registry sees a partial write); drop_request: read `after_bytes` from the
     # client and reset it, the registry never hears of the request; reset_response: send `after_bytes` of
-    # the answer's body, then reset; stall: wait `seconds` first; corrupt: flip the byte at `after_bytes`;
-    # headers: add `headers` to the answer.
+    # the answer's body, then reset; stall: wait `seconds` first (with `until`: until it holds, `seconds` at the
+    # most, counted in `released`); corrupt: flip the byte at `after_bytes`; headers: add `headers` to the answer.
     kind: str
     method: str | None = None
     path: str = ""  # a regular expression searched in the request path
@@ -45,6 +45,8 @@ class Fault:
     after_bytes: int = 0
     seconds: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    until: Callable[[], bool] | None = None
+    released: int = 0  # stalls that `until` ended before `seconds` passed
     seen: int = 0
     applied: int = 0
 
@@ -98,6 +100,18 @@ class FaultProxy:
             self.log.append(Logged(time.monotonic(), method, path, status, fault.kind if fault else None))
 
 
+def _stall(fault: Fault) -> None:
+    if fault.until is None:
+        time.sleep(fault.seconds)
+        return
+    deadline = time.monotonic() + fault.seconds
+    while time.monotonic() < deadline:
+        if fault.until():
+            fault.released += 1
+            return
+        time.sleep(0.05)
+
+
 def _reset(sock: socket.socket) -> None:
     """Close with RST, as a dropped connection looks to the peer."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -119,7 +133,7 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
             fault = proxy.fault_for(method, path)
             length = int(self.headers.get("Content-Length", "0"))
             if fault and fault.kind == "stall":
-                time.sleep(fault.seconds)
+                _stall(fault)
             if fault and fault.kind == "drop_request":
                 proxy.received_bytes[method] += self._drain(min(length, fault.after_bytes))
                 proxy.record(method, path, 0, fault)

@@ -8,14 +8,18 @@ import asyncio
 import gc
 import http.server
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
+import httpcore
 import httpx
 import pytest
 
+from mirror.demo.certs import make_certificates
 from mirror.demo.localregistry import LocalRegistry
 from mirror.oci import MAX_MANIFEST_BYTES, Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError
@@ -349,3 +353,25 @@ def test_the_pool_bounds_its_connections_reuses_them_and_keeps_alive_no_more_tha
     assert max(sizes) <= 4 and made <= 4
     assert kept == 1
     assert [entry.path for entry in source.access_log()[mark:]] == ["/v2/"] * 61
+
+
+def test_pools_share_one_tls_context_per_trust_and_alpn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Loading the CA bundle costs about 20 ms: every pool with the same trust and ALPN setting shares one."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    limits = httpx.Limits(max_connections=2)
+
+    def context(verify: bool, http2: bool) -> ssl.SSLContext:
+        pool = pooled_transport(limits, verify=verify, http2=http2)._pool
+        assert isinstance(pool, httpcore.AsyncConnectionPool) and pool._ssl_context is not None
+        return pool._ssl_context
+
+    shared = context(True, False)
+    assert context(True, False) is shared and shared.verify_mode is ssl.CERT_REQUIRED
+    assert context(True, True) is not shared  # httpcore sets ALPN on the context at each connect
+    assert context(False, False).verify_mode is ssl.CERT_NONE
+    ca, _, _ = make_certificates(tmp_path, {"registry.test": "127.0.0.1"})
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    own = context(True, False)
+    assert own is not shared
+    assert [c["subject"] for c in own.get_ca_certs()] == [((("commonName", "mirror test CA"),),)]

@@ -14,11 +14,13 @@ import pytest
 
 from mirror.cli import main
 from mirror.demo.localregistry import AccessEntry, LocalRegistry, start_registry
-from mirror.engine.statecache import NOTES_TTL, ManifestCache, RegistryNotes
+from mirror.demo.sample import MiB, push_multiarch
+from mirror.engine.statecache import MAX_TAGS_KEPT, NOTES_TTL, LastDigests, ManifestCache, RegistryNotes
 from mirror.oci import Manifest
-from tests.support import requests_since, write_config
+from tests.faultproxy import Fault, fault_proxy
+from tests.support import blob_exists, requests_since, with_client, write_config
 from tests.test_referrers import signed_release
-from tests.test_sync import VERSION, assert_byte_exact, seed_release
+from tests.test_sync import SHARED, VERSION, assert_byte_exact, seed_release
 
 TAGS = ("/v2/mirrored/hami/manifests/v2.10.0", "/v2/mirrored/kube-webhook-certgen/manifests/v1.1.1")
 
@@ -113,3 +115,68 @@ def test_a_registry_without_the_referrers_api_is_asked_again_after_a_day(tmp_pat
     assert not RegistryNotes(tmp_path, clock=now + 120).lacks_referrers_api("registry-1.docker.io")
     (tmp_path / "registries.json").write_text("[not notes")
     assert not RegistryNotes(tmp_path, clock=now).lacks_referrers_api("registry-1.docker.io")
+
+
+def test_a_no_op_asks_the_target_for_the_whole_tree_while_the_source_tag_is_still_unanswered(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """The tag's digest from the last run names a tree kept by digest: every child manifest and blob the target
+    holds is asked in the same wave as the tag itself, not once the source has answered."""
+    hami, _ = seed_release(source)
+    with fault_proxy(source.port) as proxy:
+        config = write_config(tmp_path / "mirror.yaml", proxy, [target])
+        assert main(["sync", VERSION, "--config", str(config)]) == 0
+        held = [f"/v2/mirrored/hami/blobs/{d}" for d in hami.blobs if blob_exists(target, "mirrored/hami", d)]
+        held += [f"/v2/mirrored/hami/manifests/{d}" for d in hami.manifests if d != hami.digest]
+        assert len(held) > 4
+        mark = len(target.access_log())
+
+        def target_asked_for_all() -> bool:
+            asked = {e.path for e in requests_since(target, mark) if e.method == "HEAD"}
+            return asked.issuperset(held)
+
+        hold = Fault(
+            "stall", "HEAD", rf"/projecthami/hami/manifests/{VERSION}$", seconds=60, until=target_asked_for_all
+        )
+        proxy.add(hold)
+        assert main(["sync", VERSION, "--config", str(config)]) == 0
+    assert hold.applied == 1 and hold.released == 1  # let go by the target's log, not by the clock
+    assert asked_twice(requests_since(target, mark)) == {}
+
+
+def test_last_digests_are_kept_across_runs_newest_last_and_bounded(tmp_path: Path) -> None:
+    digests = LastDigests(tmp_path)
+    digests.put("registry-1.docker.io", "projecthami/hami", "v2.10.0", "sha256:" + "a" * 64)
+    digests.save()
+    assert LastDigests(tmp_path).get("registry-1.docker.io", "projecthami/hami", "v2.10.0") == "sha256:" + "a" * 64
+    assert LastDigests(tmp_path).get("registry-1.docker.io", "projecthami/hami", "v2.9.0") is None
+    assert LastDigests(None).get("registry-1.docker.io", "projecthami/hami", "v2.10.0") is None
+    many = LastDigests(tmp_path)
+    for n in range(MAX_TAGS_KEPT + 10):
+        many.put("quay.io", "org/app", f"v{n}", f"sha256:{n:064x}")
+    many.save()
+    kept = LastDigests(tmp_path)
+    assert kept.get("registry-1.docker.io", "projecthami/hami", "v2.10.0") is None  # the oldest went first
+    assert kept.get("quay.io", "org/app", "v9") is None and kept.get("quay.io", "org/app", "v10") is not None
+    assert kept.get("quay.io", "org/app", f"v{MAX_TAGS_KEPT + 9}") == f"sha256:{MAX_TAGS_KEPT + 9:064x}"
+    (tmp_path / "tags.json").write_text("[not tags")
+    assert LastDigests(tmp_path).get("quay.io", "org/app", "v10") is None
+
+
+def test_a_tag_moved_since_the_last_run_is_copied_anew_from_its_own_answer_and_remembered(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """The last digest is only a guess: the source's answer decides, the old tree's look-ups cost nothing twice."""
+    seed_release(source)
+    config = write_config(tmp_path / "mirror.yaml", source, [target])
+    assert main(["sync", VERSION, "--config", str(config)]) == 0
+    moved = with_client(
+        source,
+        lambda c: push_multiarch(c, "projecthami/hami", VERSION, shared_layers=(SHARED,), layer_sizes=(MiB,), seed=5),
+    )
+    mark = len(target.access_log())
+
+    assert main(["sync", VERSION, "--config", str(config), "--force"]) == 0
+    assert asked_twice(requests_since(target, mark), tags_pushed=True) == {}  # before the checks below ask
+    assert_byte_exact(source, target, moved, "mirrored/hami")
+    assert LastDigests(tmp_path / "state").get(source.host, "projecthami/hami", VERSION) == moved.digest

@@ -12,7 +12,7 @@ from mirror.engine.fanout import Spool
 from mirror.engine.jobs import ImageJob, TargetRef
 from mirror.engine.referrers import Found, look_up_referrers, read_fallback
 from mirror.engine.shutdown import Shutdown
-from mirror.engine.statecache import ManifestCache, RegistryNotes
+from mirror.engine.statecache import LastDigests, ManifestCache, RegistryNotes
 from mirror.engine.tasks import cancel_all, memoised, started
 from mirror.engine.tree import ManifestTree, load_tree
 from mirror.engine.upload import BlobOrigin, RegistryOrigin
@@ -38,6 +38,7 @@ class RunCache:
         self._anonymous: dict[str, RegistryClient] = {}
         self.manifests = ManifestCache(settings.state_dir)
         self.notes = RegistryNotes(settings.state_dir)
+        self.last_digests = LastDigests(settings.state_dir)
 
     def blobs_at(self, host: str, repositories: frozenset[str]) -> TargetBlobs:
         """What the run knows a target registry holds, and its one transfer per blob."""
@@ -120,4 +121,5 @@ class RunCache:
         self.cancel_pending()
         await self.spool.aclose()
         self.notes.save()
+        self.last_digests.save()
         await asyncio.gather(*(client.aclose() for client in self._anonymous.values()))

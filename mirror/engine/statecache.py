@@ -6,8 +6,11 @@
   not fetched again.
 - `RegistryNotes`: whether a registry answers the OCI referrers API (`<state_dir>/registries.json`), so a source
   known to lack it is not asked again within a day (that GET is the last one a no-op would send it).
+- `LastDigests`: the digest each source tag had when a run last resolved it (`<state_dir>/tags.json`). Only a
+  guess, never trusted: the tag's own HEAD still decides. With the guess, a re-run asks the targets about the
+  whole tree in the same wave as the tag itself instead of one round trip later.
 
-Neither is needed: a missing, unreadable or read-only `state_dir` only costs the requests they save.
+None is needed: a missing, unreadable or read-only `state_dir` only costs the requests they save.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ log = logging.getLogger("mirror")
 
 NOTES_TTL = 24 * 3600  # a registry's missing referrers API is asked again after this long
 MAX_NOTES_BYTES = 1024 * 1024
+MAX_TAGS_KEPT = 4000  # about 0.6 MB of tags.json
 
 
 class ManifestCache:
@@ -86,16 +90,44 @@ class RegistryNotes:
             self._changed = False
 
     def _read(self) -> dict[str, dict[str, float]]:
-        if self.path is None:
-            return {}
-        try:
-            with self.path.open("rb") as file:
-                doc = json.loads(file.read(MAX_NOTES_BYTES))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(doc, dict):
-            return {}
+        doc = _read_json(self.path)
         return {str(host): dict(note) for host, note in doc.items() if isinstance(note, dict)}
+
+
+class LastDigests:
+    def __init__(self, directory: Path | None) -> None:
+        self.path = directory / "tags.json" if directory is not None else None
+        self._digests = {str(k): v for k, v in _read_json(self.path).items() if isinstance(v, str)}
+        self._changed = False
+
+    def get(self, registry: str, repository: str, tag: str) -> str | None:
+        return self._digests.get(f"{registry}/{repository}:{tag}")
+
+    def put(self, registry: str, repository: str, tag: str, digest: str) -> None:
+        key = f"{registry}/{repository}:{tag}"
+        if self._digests.get(key) == digest:
+            return  # a no-op writes nothing
+        self._digests.pop(key, None)  # newest last: past the cap, the longest unchanged go first
+        self._digests[key] = digest
+        self._changed = True
+
+    def save(self) -> None:
+        if self._changed and self.path is not None:
+            kept = dict(list(self._digests.items())[-MAX_TAGS_KEPT:])
+            _write_atomically(self.path, json.dumps(kept, indent=0).encode())
+            self._changed = False
+
+
+def _read_json(path: Path | None) -> dict[str, object]:
+    """A JSON object kept under `state_dir`; empty where it is missing, too large, unreadable or not an object."""
+    if path is None:
+        return {}
+    try:
+        with path.open("rb") as file:
+            doc = json.loads(file.read(MAX_NOTES_BYTES))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

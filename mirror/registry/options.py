@@ -28,7 +28,7 @@ class PullBudgetOptions:
 class ClientOptions:
     plain_http: bool = False
     http2: bool = False  # offered in TLS's ALPN; HTTP/1.1 where the host does not take it
-    max_connections: int = 16
+    max_connections: int = 32
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
     deadline: float = 300.0  # a whole request, retries and bodies included (deadline.py)

@@ -16,13 +16,14 @@ import httpx
 from httpcore._async.interfaces import AsyncConnectionInterface
 
 from mirror.registry.sockets import SocketBackend
+from mirror.registry.tls import tls_context
 
 
 def pooled_transport(limits: httpx.Limits, verify: bool, http2: bool) -> httpx.AsyncHTTPTransport:
     """httpx's transport over a `LinearPool` whose connections `SocketBackend` makes. httpx takes neither a
     pool nor a network backend, so the pool it built (unused: no connection yet) is replaced by one made with the
     same TLS context and limits."""
-    transport = httpx.AsyncHTTPTransport(limits=limits, verify=verify, http2=http2)
+    transport = httpx.AsyncHTTPTransport(limits=limits, verify=tls_context(verify, http2), http2=http2)
     built = transport._pool
     assert isinstance(built, httpcore.AsyncConnectionPool) and not built.connections
     transport._pool = LinearPool(

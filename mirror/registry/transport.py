@@ -27,7 +27,7 @@ def layered(
     deadline: float,
     min_rate: int,
     on_retry_status: StatusObserver | None = None,
-    max_connections: int = 16,
+    max_connections: int = 32,
 ) -> DeadlineTransport:
     """The transport stack under every client: a deadline over the retries over cancel-safe requests, at most
     `max_connections` of them in the pool at once."""

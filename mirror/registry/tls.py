@@ -1,0 +1,24 @@
+"""One TLS context per process for each trust and ALPN setting, shared by every connection pool.
+
+Loading the CA bundle takes about 20 ms each time, and a run opens a pool per registry host (Docker Hub, each ACR
+region, an anonymous client per target for the pull check) and one for chart downloads. The trust is httpx's:
+`SSL_CERT_FILE`, else `SSL_CERT_DIR`, else certifi's bundle; a change to either variable makes a new context.
+httpcore sets the ALPN protocols on the context at each connect, so pools that speak HTTP/2 and pools that do not
+never share one."""
+
+from __future__ import annotations
+
+import functools
+import os
+import ssl
+
+import httpx
+
+
+def tls_context(verify: bool = True, http2: bool = False) -> ssl.SSLContext:
+    return _made(verify, http2, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.lru_cache(maxsize=16)
+def _made(verify: bool, http2: bool, cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    return httpx.create_ssl_context(verify=verify)
