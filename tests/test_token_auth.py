@@ -399,3 +399,29 @@ def test_a_token_answer_over_the_limit_is_access_denied_naming_the_limit(how: st
     with http_server(realm_answering(how)) as server, pytest.raises(AuthError) as error:
         list_tags_at(server)
     assert str(error.value).endswith(f"token server 127.0.0.1: {said}")
+
+
+def test_more_first_requests_than_connections_all_get_their_token(world: World) -> None:
+    """Every request of a fresh client meets the challenge at once; those waiting for the one token fetch must
+    not hold the connections that fetch needs (with two connections and eight requests, they all did)."""
+    settings = MirrorSettings(
+        targets=[{"name": "t", "registry": world.source.host, "namespace": "ns"}],  # type: ignore[list-item]
+        images=[{"name": "x", "source": "a/b"}],  # type: ignore[list-item]
+        registries={
+            world.source.host: {"plain_http": True, "username": USER, "password": PASSWORD, "max_connections": 2}  # type: ignore[dict-item]
+        },
+    )
+    blobs = sorted(world.hami.blobs)
+    assert len(blobs) >= 6
+
+    async def ask_all() -> list[int | None]:
+        client = open_client(settings, world.source.host)
+        try:
+            asks = (client.head_blob("projecthami/hami", digest) for digest in blobs)
+            return await asyncio.wait_for(asyncio.gather(*asks), timeout=60)
+        finally:
+            await client.aclose()
+
+    sizes = asyncio.run(ask_all())
+    assert sizes == [world.hami.blobs[digest] for digest in blobs]
+    assert [r.scopes for r in world.tokens.requests] == [frozenset({"repository:projecthami/hami:pull"})]  # one

@@ -133,6 +133,10 @@ class RegistryAuth(httpx.Auth):
             response = yield request
             if response.status_code != 401:
                 return
+            # Let go of the refusal (its connection, its place in the pool) before waiting for anything: this
+            # request may wait below for a token another request is fetching, and when as many refusals as the
+            # pool has places were held open, that fetch found no place and every request waited forever.
+            await read_limited(response, MAX_ERROR_BODY, keep=True)
             fresh = fresh_scopes if time.monotonic() - issued <= FRESH_TOKEN_SECONDS else None
             again = await self._after_refusal(request, response, scopes, fresh)
             if again is None:
