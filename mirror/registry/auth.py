@@ -133,10 +133,6 @@ class RegistryAuth(httpx.Auth):
             response = yield request
             if response.status_code != 401:
                 return
-            # Let go of the refusal (its connection, its place in the pool) before waiting for anything: this
-            # request may wait below for a token another request is fetching, and when as many refusals as the
-            # pool has places were held open, that fetch found no place and every request waited forever.
-            await read_limited(response, MAX_ERROR_BODY, keep=True)
             fresh = fresh_scopes if time.monotonic() - issued <= FRESH_TOKEN_SECONDS else None
             again = await self._after_refusal(request, response, scopes, fresh)
             if again is None:
@@ -155,6 +151,10 @@ class RegistryAuth(httpx.Auth):
     ) -> tuple[frozenset[str], bool] | None:
         """A 401: what to try again with (the scopes, and whether a fresh token is needed: a bearer challenge),
         or None to let the 401 through. Refuses outright when a token just issued for those scopes was refused."""
+        # Let go of the refusal (its connection, its place in the pool) before waiting for anything: the request
+        # may then wait for a token another request is fetching, and when as many refusals as the pool has
+        # places were held open, that fetch found no place and every request waited forever.
+        await read_limited(response, MAX_ERROR_BODY, keep=True)
         if not replayable(request):
             # A streamed body cannot be sent again: forget the refused token, so the caller's retry (a new
             # upload session) gets a fresh one, and let the 401 through.
