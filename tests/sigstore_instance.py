@@ -397,7 +397,10 @@ class RekorServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                owner.instance.lookups.append(self.path)
+                # only Rekor's API is counted: under load another xdist worker's service can be handed this
+                # port before it binds, and its readiness poll (`/readyz`) lands here
+                if self.path.startswith("/api/"):
+                    owner.instance.lookups.append(self.path)
                 url = urlsplit(self.path)
                 index = parse_qs(url.query).get("logIndex", ["-1"])[0]
                 found = owner.instance.rekor_response(int(index)) if url.path == "/api/v1/log/entries" else None
