@@ -26,6 +26,7 @@ from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.sample import SampleImage, push_multiarch
 from mirror.engine.clients import open_client
 from mirror.registry.auth import AuthError
+from mirror.registry.errors import MAX_ERROR_BODY
 from mirror.registry.tokens import MAX_TOKEN_RESPONSE
 from mirror.settings import MirrorSettings
 from tests.support import CdnServer, blob_exists, cdn_server, http_server, manifest_digest, write_config
@@ -345,7 +346,8 @@ def realm_answering(how: str) -> type[http.server.BaseHTTPRequestHandler]:
     """A registry and its token realm on one port. `/v2/...` wants `Bearer granted`; `/token` answers as `how`
     says: `chunked` (a small JSON answer with no Content-Length, which httpx cannot have read before the auth
     flow sees it), `chunked-on-and-on` (a JSON answer padded past the limit), or `declared` (a Content-Length
-    over the limit)."""
+    over the limit). With `long-refusal` or `long-refusal-chunked`, the 401 itself runs past the error body
+    limit (declared, or chunked on and on) and the token answer is a plain one."""
 
     class Realm(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -366,11 +368,25 @@ def realm_answering(how: str) -> type[http.server.BaseHTTPRequestHandler]:
             if self.headers.get("Authorization") == "Bearer granted":
                 return self.send(200, b'{"name":"ns/r","tags":["v1"]}', {"Content-Type": "application/json"})
             challenge = f'Bearer realm="http://{self.headers["Host"]}/token",service="realm-test"'
-            self.send(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}', {"WWW-Authenticate": challenge})
+            refusal = b'{"errors":[{"code":"UNAUTHORIZED"}]}'
+            if how == "long-refusal":
+                return self.send(401, refusal + b" " * 4 * MAX_ERROR_BODY, {"WWW-Authenticate": challenge})
+            if how == "long-refusal-chunked":
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", challenge)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for _ in range(4 * MAX_ERROR_BODY // 4096):
+                    self.wfile.write(b"1000\r\n" + b" " * 4096 + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+                return None
+            self.send(401, refusal, {"WWW-Authenticate": challenge})
 
         def token(self) -> None:
             if how == "chunked":  # the answer and some white space, in one chunk
                 chunked(self, 200, TOKEN_ANSWER, 1)
+            elif how in ("long-refusal", "long-refusal-chunked"):
+                self.send(200, TOKEN_ANSWER, {"Content-Type": "application/json"})
             elif how == "chunked-on-and-on":  # white space inside the object, on and on
                 chunked(self, 200, TOKEN_ANSWER[:-1], 4 * MAX_TOKEN_RESPONSE)
             else:
@@ -381,6 +397,12 @@ def realm_answering(how: str) -> type[http.server.BaseHTTPRequestHandler]:
 
 def list_tags_at(server: http.server.HTTPServer) -> list[str]:
     return asyncio.run(at(f"127.0.0.1:{server.server_address[1]}", lambda client: client.list_tags("ns/r")))
+
+
+@pytest.mark.parametrize("how", ["long-refusal", "long-refusal-chunked"])
+def test_a_refusal_longer_than_an_error_body_is_cut_and_the_token_still_fetched(how: str) -> None:
+    with http_server(realm_answering(how)) as server:
+        assert list_tags_at(server) == ["v1"]
 
 
 def test_a_token_answer_without_content_length_is_read_and_kept_for_httpx() -> None:

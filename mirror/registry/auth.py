@@ -154,7 +154,7 @@ class RegistryAuth(httpx.Auth):
         # Let go of the refusal (its connection, its place in the pool) before waiting for anything: the request
         # may then wait for a token another request is fetching, and when as many refusals as the pool has
         # places were held open, that fetch found no place and every request waited forever.
-        await read_limited(response, MAX_ERROR_BODY, keep=True)
+        await read_limited(response, MAX_ERROR_BODY, truncate=True, keep=True)
         if not replayable(request):
             # A streamed body cannot be sent again: forget the refused token, so the caller's retry (a new
             # upload session) gets a fresh one, and let the 401 through.

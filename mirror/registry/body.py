@@ -33,13 +33,13 @@ async def read_limited(response: httpx.Response, limit: int, *, truncate: bool =
     """The body, at most `limit` bytes as decoded (an answer already in memory is measured, not read again).
     Over the limit, declared or as it arrives: BodyTooLarge; with `truncate`, the first `limit` bytes (an
     error body, which is only shown). With `keep`, the body stays readable in the response: httpx reads an
-    auth flow's answers again once the flow moves on, so it is read by httpx itself, from a stream cut at
-    `limit` bytes on the wire."""
+    auth flow's answers again once the flow moves on, so it is read by httpx itself, from a stream refused (or,
+    with `truncate`, cut) at `limit` bytes on the wire."""
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > limit and not truncate:
         raise BodyTooLarge(limit, int(declared))
     if keep and not response.is_stream_consumed and isinstance(response.stream, httpx.AsyncByteStream):
-        response.stream = _WireLimit(response.stream, limit)
+        response.stream = _WireLimit(response.stream, limit, truncate)
         await response.aread()
     body = bytearray()
     async for chunk in response.aiter_bytes():
@@ -52,18 +52,23 @@ async def read_limited(response: httpx.Response, limit: int, *, truncate: bool =
 
 
 class _WireLimit(httpx.AsyncByteStream):
-    """A response stream refused past `limit` bytes as they arrive."""
+    """A response stream refused past `limit` bytes as they arrive; with `truncate`, ended there instead (the
+    rest is never read: closing the stream early closes its connection)."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, limit: int) -> None:
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int, truncate: bool = False) -> None:
         self.inner = inner
         self.limit = limit
+        self.truncate = truncate
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
         async for chunk in self.inner:
+            if seen + len(chunk) > self.limit:
+                if not self.truncate:
+                    raise BodyTooLarge(self.limit)
+                yield chunk[: self.limit - seen]
+                return
             seen += len(chunk)
-            if seen > self.limit:
-                raise BodyTooLarge(self.limit)
             yield chunk
 
     async def aclose(self) -> None:
