@@ -122,13 +122,13 @@ class InstallCharts:
 
 @dataclass(frozen=True, slots=True)
 class _Copy:
-    """One image of a job before it is planned: the source tag, pinned to a digest when the chart pins it."""
+    """One image of a job before its targets are known: the source tag, pinned to a digest when the chart pins
+    it."""
 
-    name: str
+    image: ReleaseImage
     source: Repository
     tag: str
     digest: str | None = None
-    platforms: tuple[str, ...] | None = None
 
 
 def source_repository(settings: MirrorSettings, image: ImageSettings) -> Repository:
@@ -188,13 +188,13 @@ def _release_job(
     for chart, fetched in zip(settings.charts, charts.others, strict=True):
         spec = install_spec(settings, chart)
         chart_jobs.append(_chart_job(settings, spec, fetched.archive, list(fetched.blocks), copies))
-    check_unique((copy.source, copy.name) for copy in copies)
+    check_unique((copy.source, copy.image.name) for copy in copies)
     images = tuple(
         ImageJob(
-            ReleaseImage(copy.name, copy.platforms),
+            copy.image,
             copy.source,
             copy.tag,
-            tuple(TargetRef(t, Repository.of(t.registry, f"{t.namespace}/{copy.name}")) for t in targets),
+            tuple(TargetRef(t, Repository.of(t.registry, f"{t.namespace}/{copy.image.name}")) for t in targets),
             copy.digest,
         )
         for copy in _one_digest_per_tag(list(copies))
@@ -216,13 +216,14 @@ def _release_chart_job(
     by_key = {block.key: block for block in blocks}
     for image in settings.images:
         source, tag = source_repository(settings, image), image.tag_for(version)
-        copy = _index(copies, _Copy(image.name, source, tag, None, _platforms(image)))  # even with no key
+        release_image = ReleaseImage(image.name, _platforms(image))
+        copy = _index(copies, _Copy(release_image, source, tag))  # even with no key
         keys = tuple(image.values_keys) or tuple(b.key for b in blocks if b.source == source)
         for key in keys or hami.VALUES_KEYS.get(source.name, ()):
             # the chart's own block keeps its shape and its pinned digest (copied as pinned); a key the chart
             # does not have is written as a registry/repository block
             block = by_key.get(key) or ImageBlock.at(key, source.registry, source.name, tag)
-            pinned = _Copy(image.name, source, tag, block.digest, _platforms(image)) if block.digest else None
+            pinned = _Copy(release_image, source, tag, block.digest) if block.digest else None
             use = replace(block, registry=source.registry, repository=source.name, tag=tag)
             uses.append(ImageUse(use, _index(copies, pinned) if pinned else copy))
     covered = {use.block.key for use in uses}
@@ -248,7 +249,7 @@ def _chart_job(
             continue  # a subchart that is off: turning it on later needs another run
         name = flat_name(block.source, settings.source.registry)
         tag = block.tag or pinned_tag(block.digest or "")
-        copy = _index(copies, _Copy(name, block.source, tag, block.digest))
+        copy = _index(copies, _Copy(ReleaseImage(name), block.source, tag, block.digest))
         uses.append(ImageUse(block, copy, block.tag if block.tag_from_kube_version else None))
     chart_version_ = version or (archive.version if archive is not None else "")
     return ChartJob(spec, chart_version_, archive, tuple(uses))
@@ -260,9 +261,11 @@ def _one_digest_per_tag(copies: list[_Copy]) -> list[_Copy]:
     digest, and no two copies race for one tag."""
     digests: dict[tuple[str, str], set[str | None]] = {}
     for copy in copies:
-        digests.setdefault((copy.name, copy.tag), set()).add(copy.digest)
+        digests.setdefault((copy.image.name, copy.tag), set()).add(copy.digest)
     return [
-        replace(copy, tag=pinned_tag(copy.digest)) if copy.digest and len(digests[(copy.name, copy.tag)]) > 1 else copy
+        replace(copy, tag=pinned_tag(copy.digest))
+        if copy.digest and len(digests[(copy.image.name, copy.tag)]) > 1
+        else copy
         for copy in copies
     ]
 
