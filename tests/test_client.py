@@ -18,11 +18,12 @@ from typing import Any, TypeVar
 import httpcore
 import httpx
 import pytest
+from httpcore._utils import is_socket_readable
 
 from mirror.demo.certs import make_certificates
 from mirror.demo.localregistry import LocalRegistry
 from mirror.oci import MAX_MANIFEST_BYTES, Descriptor, Manifest
-from mirror.registry import RegistryClient, RegistryError
+from mirror.registry import RegistryClient, RegistryError, pool, sockets
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.client import MAX_TAG_PAGE_BYTES
 from mirror.registry.errors import IntegrityError, parse_error_body
@@ -353,6 +354,66 @@ def test_the_pool_bounds_its_connections_reuses_them_and_keeps_alive_no_more_tha
     assert max(sizes) <= 4 and made <= 4
     assert kept == 1
     assert [entry.path for entry in source.access_log()[mark:]] == ["/v2/"] * 61
+
+
+def test_a_connection_handed_to_a_request_is_not_handed_to_another_before_it_starts(
+    source: LocalRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 requests at once over 8 idle keep-alive connections: each is given a connection once. httpcore gives an
+    idle connection to every request that asks before the first has started on it, and all but one are refused
+    by it and queue again (`clear_connection`)."""
+    refused: list[int] = []
+    clear = httpcore._async.connection_pool.AsyncPoolRequest.clear_connection
+
+    def counted(self: httpcore._async.connection_pool.AsyncPoolRequest) -> None:
+        refused.append(1)
+        clear(self)
+
+    monkeypatch.setattr(httpcore._async.connection_pool.AsyncPoolRequest, "clear_connection", counted)
+
+    async def bursts() -> tuple[list[int], int]:
+        limits = httpx.Limits(max_connections=8, max_keepalive_connections=8, keepalive_expiry=600)
+        transport = pooled_transport(limits, verify=False, http2=False)
+        async with httpx.AsyncClient(transport=transport) as client:
+            warm = await asyncio.gather(*(client.get(f"{source.url}/v2/") for _ in range(8)))
+            refused.clear()  # the first burst opens the connections; the second finds them idle
+            answers = await asyncio.gather(*(client.get(f"{source.url}/v2/") for _ in range(40)))
+            return [r.status_code for r in (*warm, *answers)], len(transport._pool.connections)
+
+    statuses, connections = asyncio.run(bursts())
+    assert statuses == [200] * 48
+    assert connections <= 8
+    assert refused == []
+
+
+def test_idle_connections_are_asked_whether_the_server_closed_them_when_handed_out_not_in_every_pass(
+    source: LocalRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each "is this idle socket readable?" is a `poll`. 200 requests one after another over 8 idle connections
+    ask it about once a request, and of the rest only in a sweep per `SWEEP_SECONDS`; httpcore asked it of every
+    idle connection twice a request (about 2,800 here)."""
+    polls: list[int] = []
+
+    def counted(sock: socket.socket | None) -> bool:
+        polls.append(1)
+        return is_socket_readable(sock)
+
+    monkeypatch.setattr(sockets, "is_socket_readable", counted)
+
+    async def sequential() -> tuple[list[int], float]:
+        limits = httpx.Limits(max_connections=8, max_keepalive_connections=8, keepalive_expiry=600)
+        transport = pooled_transport(limits, verify=False, http2=False)
+        async with httpx.AsyncClient(transport=transport) as client:
+            await asyncio.gather(*(client.get(f"{source.url}/v2/") for _ in range(8)))
+            polls.clear()
+            started = time.monotonic()
+            statuses = [(await client.get(f"{source.url}/v2/")).status_code for _ in range(200)]
+            return statuses, time.monotonic() - started
+
+    statuses, seconds = asyncio.run(sequential())
+    assert statuses == [200] * 200
+    sweeps = 2 + seconds / pool.SWEEP_SECONDS
+    assert len(polls) <= 200 + 8 * sweeps, (len(polls), seconds)
 
 
 def test_pools_share_one_tls_context_per_trust_and_alpn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
