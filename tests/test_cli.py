@@ -85,3 +85,19 @@ def test_the_command_leaves_quickly_yet_runs_exit_handlers_and_flushes(tmp_path:
     assert done.stdout == ("x" * 99 + "\n") * 2000
     assert f"config file {tmp_path / 'absent.yaml'} not found" in done.stderr
     assert marker.read_text() == "yes"
+
+
+def test_the_collector_is_paused_for_the_imports_only() -> None:
+    """`entry` loads the command's modules with the garbage collector off: by the time the command runs it is on
+    again (a long copy makes garbage), with what the imports made frozen out of its way."""
+    script = (
+        "import gc\n"
+        "import mirror.commands.sync as sync\n"
+        "sync.run = lambda args: print(gc.isenabled(), gc.get_freeze_count() > 1000) or 0\n"
+        "from mirror.cli import entry\n"
+        "print(gc.isenabled())\n"
+        "entry(['sync', 'v2.10.0'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True"]
