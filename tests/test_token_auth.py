@@ -12,6 +12,7 @@ import http.server
 import json
 import os
 import stat
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from mirror.registry.auth import AuthError
 from mirror.registry.errors import MAX_ERROR_BODY
 from mirror.registry.tokens import MAX_TOKEN_RESPONSE
 from mirror.settings import MirrorSettings
+from tests.faultproxy import Fault, fault_proxy
 from tests.support import CdnServer, blob_exists, cdn_server, http_server, manifest_digest, write_config
 from tests.test_client import at, chunked
 from tests.test_sync import SHARED, VERSION
@@ -447,3 +449,39 @@ def test_more_first_requests_than_connections_all_get_their_token(world: World) 
     sizes = asyncio.run(ask_all())
     assert sizes == [world.hami.blobs[digest] for digest in blobs]
     assert [r.scopes for r in world.tokens.requests] == [frozenset({"repository:projecthami/hami:pull"})]  # one
+
+
+def test_a_request_refused_after_another_fetched_the_token_takes_that_token(world: World) -> None:
+    """Two first requests go out before the registry has challenged, so neither carries a token. The second one's
+    refusal is held until the first has fetched its token and been answered: the second then takes that token,
+    and the token server is asked once, not twice. (Under load the second's refusal arrived after the fetch it
+    would have followed was over, and it fetched a token of its own.)"""
+    first_answered = threading.Event()
+    first, second = sorted(world.hami.blobs)[:2]
+    with fault_proxy(world.source.port) as proxy:
+        settings = MirrorSettings(
+            targets=[{"name": "t", "registry": proxy.host, "namespace": "ns"}],  # type: ignore[list-item]
+            images=[{"name": "x", "source": "a/b"}],  # type: ignore[list-item]
+            registries={proxy.host: {"plain_http": True, "username": USER, "password": PASSWORD}},  # type: ignore[dict-item]
+        )
+        held = Fault("stall", "HEAD", rf"/blobs/{second}$", seconds=60, until=first_answered.is_set)
+        proxy.add(held)
+
+        async def both() -> list[int | None]:
+            client = open_client(settings, proxy.host)
+
+            async def ask_first() -> int | None:
+                size = await client.head_blob("projecthami/hami", first)
+                first_answered.set()
+                return size
+
+            try:
+                asks = asyncio.gather(ask_first(), client.head_blob("projecthami/hami", second))
+                return list(await asyncio.wait_for(asks, timeout=60))
+            finally:
+                await client.aclose()
+
+        sizes = asyncio.run(both())
+    assert sizes == [world.hami.blobs[first], world.hami.blobs[second]]
+    assert held.released == 1  # let go by the first answer, not by the 60 s bound
+    assert [r.scopes for r in world.tokens.requests] == [frozenset({"repository:projecthami/hami:pull"})]

@@ -95,13 +95,13 @@ class RegistryAuth(httpx.Auth):
             yield request
             return
         scopes = scopes_for(request)
-        force_fresh = False
+        refused: str | None = None  # the Authorization the registry refused last round: not to be sent again
         for _ in range(MAX_ROUNDS):
             fresh_scopes: frozenset[str] | None = None  # set when this round's token was just issued
             issued = 0.0
             if self._bearer is not None:
                 key = TokenKey(*self._bearer, merge_scopes(scopes))
-                token = None if force_fresh else self._tokens.fresh(key)
+                token = self._cached(key, refused)
                 while token is None:
                     fresh_scopes, issued = key.scopes, time.monotonic()
                     waiter = self._pending.get(key)
@@ -127,7 +127,7 @@ class RegistryAuth(httpx.Auth):
                         raise
                     finally:
                         del self._pending[key]
-                request.headers["Authorization"] = f"Bearer {token.value}"
+                request.headers["Authorization"] = token.header
             elif self._basic:
                 await self._sign_basic(request)
             response = yield request
@@ -137,9 +137,15 @@ class RegistryAuth(httpx.Auth):
             again = await self._after_refusal(request, response, scopes, fresh)
             if again is None:
                 return
-            if again[1]:  # a bearer challenge: a fresh token for these scopes
-                scopes, force_fresh = again[0], True
+            if again[1]:  # a bearer challenge: a token for these scopes other than the one refused (if any)
+                scopes, refused = again[0], request.headers.get("Authorization")
         await self._deny(request, None)
+
+    def _cached(self, key: TokenKey, refused: str | None) -> Token | None:
+        """The cached token for `key`, unless it is the one the registry just refused, however fresh it looks. A
+        request that went without a token, or with an older one, takes whatever token another request got since."""
+        token = self._tokens.fresh(key)
+        return None if token is not None and token.header == refused else token
 
     async def _sign_basic(self, request: httpx.Request) -> None:
         credentials = await self.credentials()

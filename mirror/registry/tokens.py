@@ -27,6 +27,11 @@ class Token:
     expires_at: float  # time.monotonic()
     lifetime: float
 
+    @property
+    def header(self) -> str:
+        """The Authorization header that carries it."""
+        return f"Bearer {self.value}"
+
     def fresh(self, now: float | None = None) -> bool:
         """Usable for a while yet: refreshed a quarter of its life (at most 30 s) before it expires."""
         margin = min(30.0, self.lifetime / 4)
