@@ -68,11 +68,7 @@ class LinearPool(httpcore.AsyncConnectionPool):
             if len(self._connections) >= self._max_connections:
                 if not idle:
                     continue  # the request waits for a connection to come back
-                replaced = idle.pop(0)
-                self._connections.remove(replaced)
-                if replaced in free:
-                    free.remove(replaced)
-                closing.append(replaced)
+                _close(idle[0], closing, self._connections, free, idle)
             connection = self.create_connection(origin)
             self._connections.append(connection)
             pool_request.assign_to_connection(connection)
@@ -110,10 +106,7 @@ class LinearPool(httpcore.AsyncConnectionPool):
             if not spoken and connection.is_idle():
                 idle.append(connection)
         for surplus in idle[: max(0, len(idle) - self._max_keepalive_connections)]:
-            for pooled in (kept, free, idle):
-                if surplus in pooled:
-                    pooled.remove(surplus)
-            closing.append(surplus)
+            _close(surplus, closing, kept, free, idle)
         self._connections = kept
         return closing, free, idle
 
@@ -125,11 +118,16 @@ class LinearPool(httpcore.AsyncConnectionPool):
         for connection in [c for c in free if c.can_handle_request(origin)]:
             if not connection.has_expired():
                 return connection
-            for pooled in (self._connections, free, idle):
-                if connection in pooled:
-                    pooled.remove(connection)
-            closing.append(connection)
+            _close(connection, closing, self._connections, free, idle)
         return None
+
+
+def _close(connection: Connection, closing: list[Connection], *pooled: list[Connection]) -> None:
+    """Take `connection` out of the pool's lists for this pass and into `closing`."""
+    for connections in pooled:
+        if connection in connections:
+            connections.remove(connection)
+    closing.append(connection)
 
 
 def _exclusive(connection: Connection) -> bool:
