@@ -13,9 +13,10 @@ Two more changes of httpcore's behaviour, both found in a 20-image no-op (580 re
 - An idle HTTP/1.1 connection handed to a request stays idle until that request's task runs, and httpcore hands
   it to the next request as well (or closes it to make room); the request that loses is refused by the
   connection and queues again. 2,400 such refusals, each another pass; `LinearPool` keeps it for the first.
-- Whether the server has closed an idle connection costs a `poll` of its socket. httpcore asks it of every
-  connection in every pass (88,000 polls); `LinearPool` asks it of a connection about to be handed out, and of
-  the others in a sweep at most once every `SWEEP_SECONDS`."""
+- httpcore asks every idle connection in every pass whether the server has closed it (88,000 times; with
+  httpcore's own network backend each is a `poll` of the socket, with `sockets.py` a look at the connection's
+  state); `LinearPool` asks it of a connection about to be handed out, and of the others in a sweep at most once
+  every `SWEEP_SECONDS`."""
 
 from __future__ import annotations
 

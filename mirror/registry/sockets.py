@@ -1,57 +1,185 @@
-"""The connection pool's network backend: httpcore's own (anyio), with each connection's socket looked up once.
+"""The connection pool's network backend: httpcore's interface over asyncio's own transports and protocols.
 
-Whenever httpcore's pool hands out a connection, it asks every idle one whether its socket has become readable
-(the server closed it). anyio answers each such lookup by building a table of its socket's attributes, and with
-a few dozen connections that was a fifth of a no-op run's CPU. httpx does not take a network backend, so
-`pool.pooled_transport` gives it to the pool it puts under httpx's transport; `tests/test_client.py` checks that
-idle connections the server closed are still noticed."""
+httpcore's default backend under asyncio is anyio's: each read and write opens a cancel scope with its deadline
+and yields to the loop once more before it starts, TLS is a second layer of Python over the socket stream, and
+whether an idle connection was closed by the server is a `poll` of its socket. Here a connection is an
+`asyncio.Protocol` that keeps what arrives in a buffer: a read finds its bytes there or waits for them with one
+timer, a write hands its bytes to the transport and waits only when the transport asks to pause, TLS is
+asyncio's (`loop.start_tls`), and a connection the server closed while idle is known from the protocol's state
+without a system call, since the loop reads every open socket as it goes."""
 
 # ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore's network-backend interface)
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 from collections.abc import Iterable
 from typing import Any
 
 import httpcore
-from httpcore._backends.anyio import AnyIOBackend
-from httpcore._utils import is_socket_readable
 
 SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
+READ_AHEAD = 256 * 1024  # bytes buffered before the socket stops being read until a reader takes some
+
+
+class _Connection(asyncio.Protocol):
+    """One socket's events: bytes kept until read, end of file or loss, and the transport's write pressure."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.ended = False  # the peer sent end of file, or the connection was lost
+        self.lost: Exception | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._wakers: list[asyncio.Future[None]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if len(self.buffer) > READ_AHEAD and self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        self._wake()
+        return False  # close the transport: HTTP has nothing to send after the peer's end
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self.lost = exc
+        self._writing_paused = False
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake()
+
+    def take(self, max_bytes: int) -> bytes:
+        if len(self.buffer) <= max_bytes:
+            chunk = bytes(self.buffer)
+            self.buffer.clear()
+        else:
+            chunk = bytes(self.buffer[:max_bytes])
+            del self.buffer[:max_bytes]
+        if self._reading_paused and len(self.buffer) <= READ_AHEAD // 2 and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    @property
+    def must_wait_to_write(self) -> bool:
+        return self._writing_paused and not self.ended
+
+    async def wait(self, deadline: float | None, on_timeout: type[Exception]) -> None:
+        """Until the next event (bytes, end, loss, resumed writing), or `on_timeout` at `deadline` (loop time)."""
+        loop = asyncio.get_running_loop()
+        waker: asyncio.Future[None] = loop.create_future()
+        self._wakers.append(waker)
+        timer = None if deadline is None else loop.call_at(deadline, _expire, waker, on_timeout)
+        try:
+            await waker
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if waker in self._wakers:
+                self._wakers.remove(waker)
+
+    def _wake(self) -> None:
+        wakers, self._wakers = self._wakers, []
+        for waker in wakers:
+            if not waker.done():
+                waker.set_result(None)
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else asyncio.get_running_loop().time() + timeout
+
+
+def _expire(waker: asyncio.Future[None], error: type[Exception]) -> None:
+    if not waker.done():
+        waker.set_exception(error("timed out"))
+
 
 class _Stream(httpcore.AsyncNetworkStream):
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: socket.socket | None = inner.get_extra_info("socket")
+    def __init__(self, transport: asyncio.Transport, connection: _Connection) -> None:
+        self._transport = transport
+        self._connection = connection
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
+        connection = self._connection
+        if not connection.buffer and not connection.ended:
+            deadline = _deadline(timeout)
+            while not connection.buffer and not connection.ended:
+                await connection.wait(deadline, httpcore.ReadTimeout)
+        if connection.buffer:
+            return connection.take(max_bytes)
+        if connection.lost is not None:
+            raise httpcore.ReadError(str(connection.lost) or type(connection.lost).__name__) from connection.lost
+        return b""
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
+        if not buffer:
+            return
+        if self._connection.ended or self._transport.is_closing():
+            raise httpcore.WriteError("the connection is closed")
+        self._transport.write(buffer)
+        if self._connection.must_wait_to_write:
+            deadline = _deadline(timeout)
+            while self._connection.must_wait_to_write:
+                await self._connection.wait(deadline, httpcore.WriteTimeout)
+        if self._connection.lost is not None:
+            raise httpcore.WriteError(str(self._connection.lost)) from self._connection.lost
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        self._transport.close()
 
     async def start_tls(
         self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
     ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                upgraded = await loop.start_tls(
+                    self._transport, self._connection, ssl_context, server_hostname=server_hostname
+                )
+        except TimeoutError as error:
+            self._transport.abort()
+            raise httpcore.ConnectTimeout("TLS handshake timed out") from error
+        except (OSError, ssl.SSLError) as error:
+            self._transport.abort()
+            raise httpcore.ConnectError(str(error)) from error
+        if upgraded is None:  # the connection was lost during the handshake
+            raise httpcore.ConnectError("connection lost during the TLS handshake")
+        assert isinstance(upgraded, asyncio.Transport)
+        self._connection.transport = upgraded
+        return _Stream(upgraded, self._connection)
 
     def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return is_socket_readable(self._socket)
+        if info == "is_readable":  # idle: the server closed the connection, or sent what nobody asked for
+            return self._connection.ended or bool(self._connection.buffer)
+        if info == "ssl_object":
+            return self._transport.get_extra_info("ssl_object")
+        if info == "client_addr":
+            return self._transport.get_extra_info("sockname")
+        if info == "server_addr":
+            return self._transport.get_extra_info("peername")
         if info == "socket":
-            return self._socket
-        return self._inner.get_extra_info(info)
+            return self._transport.get_extra_info("socket")
+        return None
 
 
 class SocketBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self) -> None:
-        self._inner = AnyIOBackend()
-
     async def connect_tcp(
         self,
         host: str,
@@ -60,12 +188,57 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+        loop = asyncio.get_running_loop()
+        local = None if local_address is None else (local_address, 0)
+        try:
+            async with asyncio.timeout(timeout):
+                if socket_options:
+                    sock = await _connected_socket(host, port, local, socket_options)
+                    transport, connection = await loop.create_connection(_Connection, sock=sock)
+                else:
+                    transport, connection = await loop.create_connection(_Connection, host, port, local_addr=local)
+        except TimeoutError as error:
+            raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from error
+        except OSError as error:
+            raise httpcore.ConnectError(str(error)) from error
+        return _Stream(transport, connection)
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[SocketOption] | None = None
     ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.connect_unix_socket(path, timeout, socket_options))
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                transport, connection = await loop.create_unix_connection(_Connection, path)
+        except TimeoutError as error:
+            raise httpcore.ConnectTimeout(f"connecting to {path} timed out") from error
+        except OSError as error:
+            raise httpcore.ConnectError(str(error)) from error
+        return _Stream(transport, connection)
 
     async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+        await asyncio.sleep(seconds)
+
+
+async def _connected_socket(
+    host: str, port: int, local: tuple[str, int] | None, options: Iterable[SocketOption]
+) -> socket.socket:
+    """A socket with `options` set before it connects (asyncio's `create_connection` takes none): the first
+    address that accepts."""
+    loop = asyncio.get_running_loop()
+    addresses = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    failure: OSError = OSError(f"no address for {host}")
+    for family, kind, protocol, _, address in addresses:
+        sock = socket.socket(family, kind, protocol)
+        try:
+            for option in options:
+                sock.setsockopt(*option)
+            sock.setblocking(False)
+            if local is not None:
+                sock.bind(local)
+            await loop.sock_connect(sock, address)
+            return sock
+        except OSError as error:
+            sock.close()
+            failure = error
+    raise failure
