@@ -16,7 +16,9 @@ Two more changes of httpcore's behaviour, both found in a 20-image no-op (580 re
 - httpcore asks every idle connection in every pass whether the server has closed it (88,000 times; with
   httpcore's own network backend each is a `poll` of the socket, with `sockets.py` a look at the connection's
   state); `LinearPool` asks it of a connection about to be handed out, and of the others in a sweep at most once
-  every `SWEEP_SECONDS`."""
+  every `SWEEP_SECONDS`.
+- When a request leaves and none is waiting, httpcore walks the pool anyway (half the walks of a no-op); the walk
+  then waits for the next request to join, or for the sweep."""
 
 from __future__ import annotations
 
@@ -55,8 +57,11 @@ class LinearPool(httpcore.AsyncConnectionPool):
     _swept_at = float("-inf")
 
     def _assign_requests_to_connections(self) -> list[Connection]:
+        queued = [request for request in self._requests if request.is_queued()]
+        if not queued and not self._sweep_due():
+            return []  # a request left and none waits: the walk can wait for the next one to join, or the sweep
         closing, free, idle = self._walk_connections()
-        for pool_request in [request for request in self._requests if request.is_queued()]:
+        for pool_request in queued:
             origin = pool_request.request.url.origin
             reused = self._usable(origin, free, idle, closing)
             if reused is not None:
@@ -86,10 +91,9 @@ class LinearPool(httpcore.AsyncConnectionPool):
         would hand it out again (the later request, refused by the connection, queues for another pass) or close
         it to make room."""
         spoken_for = {request.connection for request in self._requests if request.connection is not None}
-        now = time.monotonic()
-        sweep = now - self._swept_at >= SWEEP_SECONDS
+        sweep = self._sweep_due()
         if sweep:
-            self._swept_at = now
+            self._swept_at = time.monotonic()
         closing: list[Connection] = []
         kept: list[Connection] = []
         free: list[Connection] = []
@@ -110,6 +114,9 @@ class LinearPool(httpcore.AsyncConnectionPool):
             _close(surplus, closing, kept, free, idle)
         self._connections = kept
         return closing, free, idle
+
+    def _sweep_due(self) -> bool:
+        return time.monotonic() - self._swept_at >= SWEEP_SECONDS
 
     def _usable(
         self, origin: httpcore.Origin, free: list[Connection], idle: list[Connection], closing: list[Connection]

@@ -49,6 +49,8 @@ class Redirects:
     def __init__(self, http: httpx.AsyncClient) -> None:
         self.http = http
         self._foreign: dict[tuple[str, str], RegistryAuth] = {}
+        # httpx parses a path relative to the client's base URL, then the two joined: a second parse per request
+        self._origin = str(http.base_url).rstrip("/")
 
     def auth_for(self, url: httpx.URL) -> httpx.Auth | None:
         """The client's own auth for its origin; an anonymous one per other origin (scheme included: a
@@ -76,7 +78,7 @@ class Redirects:
         MAX_REDIRECTS hops is a RegistryError (a loop fails at once instead of spinning); a connection that fails,
         before the answer or while its body is read, is RegistryUnreachable."""
         try:
-            target: str | httpx.URL = url
+            target = self._origin + url if isinstance(url, str) and url.startswith("/") else url
             for hop in range(MAX_REDIRECTS + 1):
                 request = self.http.build_request(method, target, headers=headers)
                 response = await self.http.send(request, auth=self.auth_for(request.url), stream=True)
