@@ -3,10 +3,11 @@
 httpcore's default backend under asyncio is anyio's: each read and write opens a cancel scope with its deadline
 and yields to the loop once more before it starts, TLS is a second layer of Python over the socket stream, and
 whether an idle connection was closed by the server is a `poll` of its socket. Here a connection is an
-`asyncio.Protocol` that keeps what arrives in a buffer: a read finds its bytes there or waits for them with one
-timer, a write hands its bytes to the transport and waits only when the transport asks to pause, TLS is
-asyncio's (`loop.start_tls`), and a connection the server closed while idle is known from the protocol's state
-without a system call, since the loop reads every open socket as it goes."""
+`asyncio.Protocol` that keeps what arrives as it came (nothing is copied but the slice a read takes): a read
+finds its bytes there or waits for them with one timer, a write hands its bytes to the transport and waits only
+when the transport asks to pause, TLS is asyncio's (`loop.start_tls`), and a connection the server closed while
+idle is known from the protocol's state without a system call, since the loop reads every open socket as it
+goes."""
 
 # ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore's network-backend interface)
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,7 +31,9 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
+        self._chunks: deque[bytes] = deque()
+        self._offset = 0  # into the first chunk: what a read has taken of it
+        self.buffered = 0  # bytes arrived and not yet read
         self.ended = False  # the peer sent end of file, or the connection was lost
         self.lost: Exception | None = None
         self._reading_paused = False
@@ -41,8 +45,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        if len(self.buffer) > READ_AHEAD and self.transport is not None and not self._reading_paused:
+        self._chunks.append(data)
+        self.buffered += len(data)
+        if self.buffered > READ_AHEAD and self.transport is not None and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
         self._wake()
@@ -66,13 +71,19 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def take(self, max_bytes: int) -> bytes:
-        if len(self.buffer) <= max_bytes:
-            chunk = bytes(self.buffer)
-            self.buffer.clear()
+        head = self._chunks[0]
+        if self._offset == 0 and len(head) <= max_bytes:
+            chunk = self._chunks.popleft()
         else:
-            chunk = bytes(self.buffer[:max_bytes])
-            del self.buffer[:max_bytes]
-        if self._reading_paused and len(self.buffer) <= READ_AHEAD // 2 and self.transport is not None:
+            end = self._offset + max_bytes
+            chunk = head[self._offset : end]
+            if end >= len(head):
+                self._chunks.popleft()
+                self._offset = 0
+            else:
+                self._offset = end
+        self.buffered -= len(chunk)
+        if self._reading_paused and self.buffered <= READ_AHEAD // 2 and self.transport is not None:
             self._reading_paused = False
             self.transport.resume_reading()
         return chunk
@@ -118,11 +129,11 @@ class _Stream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         connection = self._connection
-        if not connection.buffer and not connection.ended:
+        if not connection.buffered and not connection.ended:
             deadline = _deadline(timeout)
-            while not connection.buffer and not connection.ended:
+            while not connection.buffered and not connection.ended:
                 await connection.wait(deadline, httpcore.ReadTimeout)
-        if connection.buffer:
+        if connection.buffered:
             return connection.take(max_bytes)
         if connection.lost is not None:
             raise httpcore.ReadError(str(connection.lost) or type(connection.lost).__name__) from connection.lost
@@ -167,7 +178,7 @@ class _Stream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable":  # idle: the server closed the connection, or sent what nobody asked for
-            return self._connection.ended or bool(self._connection.buffer)
+            return self._connection.ended or self._connection.buffered > 0
         if info == "ssl_object":
             return self._transport.get_extra_info("ssl_object")
         if info == "client_addr":
