@@ -23,6 +23,7 @@ import httpcore
 
 SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
+HAPPY_EYEBALLS_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305; anyio's too)
 READ_AHEAD = 256 * 1024  # bytes buffered before the socket stops being read until a reader takes some
 
 
@@ -207,7 +208,9 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
                     sock = await _connected_socket(host, port, local, socket_options)
                     transport, connection = await loop.create_connection(_Connection, sock=sock)
                 else:
-                    transport, connection = await loop.create_connection(_Connection, host, port, local_addr=local)
+                    transport, connection = await loop.create_connection(
+                        _Connection, host, port, local_addr=local, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY
+                    )
         except TimeoutError as error:
             raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from error
         except OSError as error:
