@@ -68,7 +68,7 @@ from benchkit import (
     source_requests,
 )
 from crossborder import cross_border, tls_cross_border
-from scalecurve import noop_at, rss_by_blob_size, scale_curve, small_set
+from scalecurve import REPLAY_CONCURRENCY, noop_at, rss_by_blob_size, scale_curve, small_set
 
 import mirror
 from mirror.demo.localregistry import LocalRegistry
@@ -458,7 +458,8 @@ def main() -> int:
         if "noop" in parts:
             assert small_source is not None
             with part("noop"):
-                times, kinds = noop_at(bench, work, small_source, small.first(args.noop_images), args.rounds)
+                noop_set = noop_at(bench, work, small_source, small.first(args.noop_images), args.rounds)
+                times, kinds = noop_set.times, noop_set.kinds
                 sections += [
                     f"## No-op re-sync, {args.noop_images} images (small images, same structure as the set above)",
                     "",
@@ -469,8 +470,12 @@ def main() -> int:
                         f"| {describe_kinds(kinds[tool], short=True)} |"
                         for tool in ("mirror", "skopeo")
                     ),
+                    f"| floor: mirror's {noop_set.replayed} requests (source and target) replayed by httpx alone "
+                    f"| {times['httpx']} | {times['httpx'].median / times['skopeo'].median:.2f}x | |",
                     "",
-                    LEGEND + ".",
+                    LEGEND + ". The floor is a process of its own that imports httpx and sends the requests mirror's "
+                    f"last round sent, at most {REPLAY_CONCURRENCY} at a time per host, with httpx's own connection "
+                    "pool and network backend: no config, no auth, no order between them.",
                     "",
                 ]
                 goals.append(

@@ -4,22 +4,26 @@ and peak RSS as the largest blob grows."""
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchkit import (
     LEGEND,
+    MIRROR_PYTHON,
     SMALL,
     Bench,
     Goal,
     ImageSet,
     Marks,
     Series,
+    ToolFailed,
     alternating,
     build_layered,
     build_set,
     describe_kinds,
     mirror_config,
+    run_measured,
     run_tool,
 )
 
@@ -27,6 +31,7 @@ from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import MiB
 
 TIME_GROWTH = 1.5  # per-image time at the largest set at most this times that at the middle one: linear
+REPLAY = Path(__file__).with_name("replay.py")
 REQUEST_GROWTH = 1.1  # the same for requests, which are not noisy
 RSS_GROWTH = 1.25  # peak RSS at most this times that of the smallest: flat
 
@@ -194,25 +199,48 @@ def summarise(cells: list[Cell], sizes: list[int], target_counts: list[int], ful
     return Curve(cells, lines, goals)
 
 
-def noop_at(
-    bench: Bench, work: Path, source: LocalRegistry, image_set: ImageSet, rounds: int
-) -> tuple[dict[str, Series], dict[str, dict[str, int]]]:
+@dataclass
+class NoopAt:
+    times: dict[str, Series]  # mirror, skopeo and "httpx" (mirror's requests replayed by httpx alone)
+    kinds: dict[str, dict[str, int]]  # each tool's requests at the source (last round)
+    replayed: int  # how many requests the floor sent
+
+
+REPLAY_CONCURRENCY = 8  # per host: mirror's default manifest_concurrency
+
+
+def noop_at(bench: Bench, work: Path, source: LocalRegistry, image_set: ImageSet, rounds: int) -> NoopAt:
     """The loopback no-op at a larger set: each tool copies into its own target once, then re-syncs it `rounds`
-    times, the tools alternating. Returns the times and the source's requests (last round)."""
+    times, the tools alternating. Then the floor: the requests of mirror's last round, at the source and at its
+    target, replayed by httpx alone (`replay.py`) `rounds` times."""
     targets = {tool: bench.registry(f"noop-{tool}") for tool in ("mirror", "skopeo")}
     configs = {tool: mirror_config(work / f"noop-{tool}.yaml", source, [targets[tool]], image_set) for tool in targets}
     for tool in ("mirror", "skopeo"):
         run_tool(tool, configs[tool], source, [targets[tool]], image_set)
-    times = {"mirror": Series(), "skopeo": Series()}
+    times = {"mirror": Series(), "skopeo": Series(), "httpx": Series()}
     kinds: dict[str, dict[str, int]] = {}
+    sent: list[tuple[str, str, int]] = []
     for round_number in range(rounds):
         for tool in alternating(round_number):
-            marks = Marks(source)
+            marks = [Marks(source), Marks(targets[tool])]
             times[tool].add(run_tool(tool, configs[tool], source, [targets[tool]], image_set).seconds)
-            kinds[tool] = marks.kinds()
+            kinds[tool] = marks[0].kinds()
+            if tool == "mirror":
+                sent = [(e.method, f"{m.registries[0].url}{e.path}", e.status) for m in marks for e in m.entries()]
+    requests = work / "noop-requests.json"
+    requests.write_text(json.dumps(sent))
+    for _ in range(rounds):
+        replay = run_measured([MIRROR_PYTHON, str(REPLAY), str(requests), str(REPLAY_CONCURRENCY)])
+        if replay.returncode != 0:
+            raise ToolFailed(f"the replay failed:\n{replay.stderr[-2000:]}")
+        times["httpx"].add(replay.seconds)
     bench.drop(*targets.values())
-    print(f"no-op at {len(image_set.names)} images: mirror {times['mirror']} s, skopeo {times['skopeo']} s", flush=True)
-    return times, kinds
+    print(
+        f"no-op at {len(image_set.names)} images: mirror {times['mirror']} s, skopeo {times['skopeo']} s, "
+        f"its {len(sent)} requests replayed by httpx alone {times['httpx']} s",
+        flush=True,
+    )
+    return NoopAt(times, kinds, len(sent))
 
 
 def rss_by_blob_size(bench: Bench, work: Path, small_mib: int, big_mib: int) -> tuple[list[str], Goal]:
