@@ -48,7 +48,7 @@ def test_a_read_returns_what_arrived_then_the_end_and_an_idle_stream_reports_the
         connection.sendall(b"pong")
         connection.shutdown(socket.SHUT_WR)
 
-    async def talk(port: int) -> tuple[bytes, bool, bytes, bytes, bool]:
+    async def talk(port: int) -> tuple[bytes, bool, bytes, bytes, bool, bool]:
         stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=30)
         before = stream.get_extra_info("is_readable")
         await stream.write(b"ping", timeout=30)
@@ -56,14 +56,25 @@ def test_a_read_returns_what_arrived_then_the_end_and_an_idle_stream_reports_the
         rest = await stream.read(100, timeout=30)
         end = await stream.read(100, timeout=30)
         after = stream.get_extra_info("is_readable")
+        released = await _released_within(stream.get_extra_info("socket"), 30)
         await stream.aclose()
-        return first, before, rest, end, after
+        return first, before, rest, end, after, released
 
     with tcp_peer(answer_and_close) as port:
-        first, before, rest, end, after = asyncio.run(talk(port))
+        first, before, rest, end, after, released = asyncio.run(talk(port))
     assert (first, rest, end) == (b"po", b"ng", b"")
     assert before is False  # nothing arrived yet: an idle connection the server keeps
     assert after is True  # the server's end of file arrived: the pool drops such a connection
+    assert released  # and its socket is closed by then, before the pool ever looks at it again
+
+
+async def _released_within(sock: socket.socket, seconds: float) -> bool:
+    """The loop closed `sock` (asyncio's transport socket: its descriptor reads -1 once closed) within `seconds`."""
+    for _ in range(int(seconds / 0.01)):
+        if sock.fileno() == -1:
+            return True
+        await asyncio.sleep(0.01)
+    return False
 
 
 def test_a_reset_connection_is_a_read_error() -> None:
