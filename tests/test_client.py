@@ -389,9 +389,9 @@ def test_a_connection_handed_to_a_request_is_not_handed_to_another_before_it_sta
 def test_whether_the_server_closed_an_idle_connection_is_known_without_a_system_call(
     source: LocalRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The pool asks a connection it is about to hand out whether the server closed it while idle. httpcore's
-    own backend answers with a `poll` of the socket (about 200 for 200 requests here, more with httpcore's own
-    pool); `registry/sockets.py` answers from what the loop has already read. The answer being right is
+    """The pool asks a connection it is about to hand out whether the server closed it while idle. httpcore's own
+    pool and backend answer with a `poll` of the socket, at least once a request (the control below);
+    `registry/sockets.py` answers from what the loop has already read. That the answer is right is
     `test_an_idle_connection_the_server_closed_is_noticed_before_it_is_reused`."""
     polls: list[int] = []
     poll = select.poll
