@@ -12,7 +12,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ from mirror.demo.localregistry import LocalRegistry
 from mirror.oci import MAX_MANIFEST_BYTES, Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError
 from mirror.registry.body import BodyTooLarge, read_limited
-from mirror.registry.client import MAX_TAG_PAGE_BYTES
+from mirror.registry.client import MAX_TAG_PAGE_BYTES, regrouped
 from mirror.registry.errors import IntegrityError, parse_error_body
 from mirror.registry.options import ClientOptions
 from mirror.registry.pool import pooled_transport
@@ -435,3 +435,17 @@ def test_pools_share_one_tls_context_per_trust_and_alpn(monkeypatch: pytest.Monk
     own = context(True, False)
     assert own is not shared
     assert [c["subject"] for c in own.get_ca_certs()] == [((("commonName", "mirror test CA"),),)]
+
+
+async def test_blob_pieces_are_regrouped_into_chunks_of_at_least_the_chunk_size_each_byte_copied_once() -> None:
+    pieces = [bytes([n]) * 3 for n in range(10)] + [b"x" * 20, b"y"]
+
+    async def arriving() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    chunks = [chunk async for chunk in regrouped(arriving(), 8)]
+    assert b"".join(chunks) == b"".join(pieces)
+    assert [len(chunk) for chunk in chunks] == [9, 9, 9, 3 + 20, 1]  # at least 8 each, the last excepted
+    big = [chunk async for chunk in regrouped(arriving(), 1)]
+    assert all(chunk is piece for chunk, piece in zip(big, pieces, strict=True))  # a piece that fills a chunk: as is
