@@ -16,7 +16,8 @@ import asyncio
 import socket
 import ssl
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpcore
@@ -202,7 +203,7 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         local = None if local_address is None else (local_address, 0)
-        try:
+        with _connect_errors(f"{host}:{port}"):
             async with asyncio.timeout(timeout):
                 if socket_options:
                     sock = await _connected_socket(host, port, local, socket_options)
@@ -211,27 +212,30 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
                     transport, connection = await loop.create_connection(
                         _Connection, host, port, local_addr=local, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY
                     )
-        except TimeoutError as error:
-            raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from error
-        except OSError as error:
-            raise httpcore.ConnectError(str(error)) from error
         return _Stream(transport, connection)
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[SocketOption] | None = None
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
-        try:
+        with _connect_errors(path):
             async with asyncio.timeout(timeout):
                 transport, connection = await loop.create_unix_connection(_Connection, path)
-        except TimeoutError as error:
-            raise httpcore.ConnectTimeout(f"connecting to {path} timed out") from error
-        except OSError as error:
-            raise httpcore.ConnectError(str(error)) from error
         return _Stream(transport, connection)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+@contextmanager
+def _connect_errors(where: str) -> Iterator[None]:
+    """A connection attempt's failures as httpcore's: its deadline passed, or the system refused it."""
+    try:
+        yield
+    except TimeoutError as error:
+        raise httpcore.ConnectTimeout(f"connecting to {where} timed out") from error
+    except OSError as error:
+        raise httpcore.ConnectError(str(error)) from error
 
 
 async def _connected_socket(
