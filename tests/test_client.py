@@ -4,23 +4,14 @@ loopback for answers over every limit."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import http.server
-import select
-import socket
-import ssl
-import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
-import httpcore
 import httpx
 import pytest
 
-from mirror.demo.certs import make_certificates
 from mirror.demo.localregistry import LocalRegistry
 from mirror.oci import MAX_MANIFEST_BYTES, Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError
@@ -28,7 +19,6 @@ from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.client import MAX_TAG_PAGE_BYTES, regrouped
 from mirror.registry.errors import IntegrityError, parse_error_body
 from mirror.registry.options import ClientOptions
-from mirror.registry.pool import pooled_transport
 from tests.support import http_server, with_client
 
 T = TypeVar("T")
@@ -278,163 +268,6 @@ async def test_read_limited_truncates_or_refuses_what_is_already_in_memory() -> 
     assert await read_limited(httpx.Response(200, content=b"abcdef", request=request), 4, truncate=True) == b"abcd"
     with pytest.raises(BodyTooLarge, match=r"^6 bytes \(limit 4\)$"):  # its Content-Length says so
         await read_limited(httpx.Response(200, content=b"abcdef", request=request), 4)
-
-
-async def test_an_idle_connection_the_server_closed_is_noticed_before_it_is_reused() -> None:
-    """The pool's network backend (registry/sockets.py) answers httpcore's "has the server closed this idle
-    connection?" from the socket it looked up once: a connection closed while idle is dropped, not reused."""
-    closed = threading.Event()
-    peers: list[int] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            peers.append(self.client_address[1])
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-            self.wfile.flush()
-            if len(peers) == 1:  # keep-alive was offered; the server closes the connection anyway
-                self.connection.shutdown(socket.SHUT_RDWR)
-                self.close_connection = True
-                closed.set()
-
-    with http_server(Handler) as server:
-        url = f"http://127.0.0.1:{server.server_address[1]}/"
-        limits = httpx.Limits(max_connections=1, keepalive_expiry=600)  # not dropped for its age
-        transport = pooled_transport(limits, verify=False, http2=False)
-        async with httpx.AsyncClient(transport=transport) as client:  # no retry layer: a reuse would fail
-            assert (await client.get(url)).text == "ok"
-            assert await asyncio.to_thread(closed.wait, 30)
-            await asyncio.to_thread(_readable_within, transport, 30)
-            assert (await client.get(url)).text == "ok"
-    assert len(peers) == 2 and peers[0] != peers[1]  # the second request came on a new connection
-
-
-def _readable_within(transport: httpx.AsyncHTTPTransport, seconds: float) -> None:
-    """Wait until the closed connection's end of file has reached the client's socket (or the pool, seeing it
-    already, has dropped the connection)."""
-    deadline = time.monotonic() + seconds
-    while any(not c.has_expired() for c in transport._pool.connections) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def test_the_pool_bounds_its_connections_reuses_them_and_keeps_alive_no_more_than_it_may(
-    source: LocalRegistry,
-) -> None:
-    """`registry/pool.py`'s hand-out pass, against a real registry: 60 requests at once share at most 4
-    connections; once they are answered, the pool keeps at most `max_keepalive_connections` of them."""
-
-    async def burst() -> tuple[list[int], int, int]:
-        limits = httpx.Limits(max_connections=4, max_keepalive_connections=1, keepalive_expiry=600)
-        transport = pooled_transport(limits, verify=False, http2=False)
-        seen: list[int] = []
-
-        async def probe(client: httpx.AsyncClient) -> int:
-            response = await client.get(f"{source.url}/v2/")
-            seen.append(len(transport._pool.connections))
-            return response.status_code
-
-        async with httpx.AsyncClient(transport=transport) as client:
-            statuses = await asyncio.gather(*(probe(client) for _ in range(60)))
-            made = len({id(c) for c in transport._pool.connections})
-            await client.get(f"{source.url}/v2/")  # a pass after the burst: surplus idle connections go
-            kept = len(transport._pool.connections)
-        return [*statuses, *seen], made, kept
-
-    mark = len(source.access_log())
-    answers, made, kept = asyncio.run(burst())
-    statuses, sizes = answers[:60], answers[60:]
-    assert statuses == [200] * 60
-    assert max(sizes) <= 4 and made <= 4
-    assert kept == 1
-    assert [entry.path for entry in source.access_log()[mark:]] == ["/v2/"] * 61
-
-
-def test_a_connection_handed_to_a_request_is_not_handed_to_another_before_it_starts(
-    source: LocalRegistry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """40 requests at once over 8 idle keep-alive connections: each is given a connection once. httpcore gives an
-    idle connection to every request that asks before the first has started on it, and all but one are refused
-    by it and queue again (`clear_connection`)."""
-    refused: list[int] = []
-    clear = httpcore._async.connection_pool.AsyncPoolRequest.clear_connection
-
-    def counted(self: httpcore._async.connection_pool.AsyncPoolRequest) -> None:
-        refused.append(1)
-        clear(self)
-
-    monkeypatch.setattr(httpcore._async.connection_pool.AsyncPoolRequest, "clear_connection", counted)
-
-    async def bursts() -> tuple[list[int], int]:
-        limits = httpx.Limits(max_connections=8, max_keepalive_connections=8, keepalive_expiry=600)
-        transport = pooled_transport(limits, verify=False, http2=False)
-        async with httpx.AsyncClient(transport=transport) as client:
-            warm = await asyncio.gather(*(client.get(f"{source.url}/v2/") for _ in range(8)))
-            refused.clear()  # the first burst opens the connections; the second finds them idle
-            answers = await asyncio.gather(*(client.get(f"{source.url}/v2/") for _ in range(40)))
-            return [r.status_code for r in (*warm, *answers)], len(transport._pool.connections)
-
-    statuses, connections = asyncio.run(bursts())
-    assert statuses == [200] * 48
-    assert connections <= 8
-    assert refused == []
-
-
-def test_whether_the_server_closed_an_idle_connection_is_known_without_a_system_call(
-    source: LocalRegistry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The pool asks a connection it is about to hand out whether the server closed it while idle. httpcore's own
-    pool and backend answer with a `poll` of the socket, at least once a request (the control below);
-    `registry/sockets.py` answers from what the loop has already read. That the answer is right is
-    `test_an_idle_connection_the_server_closed_is_noticed_before_it_is_reused`."""
-    polls: list[int] = []
-    poll = select.poll
-
-    def counted() -> select.poll:
-        polls.append(1)
-        return poll()
-
-    monkeypatch.setattr(select, "poll", counted)
-
-    async def sequential(transport: httpx.AsyncHTTPTransport) -> list[int]:
-        async with httpx.AsyncClient(transport=transport) as client:
-            await asyncio.gather(*(client.get(f"{source.url}/v2/") for _ in range(8)))
-            polls.clear()
-            return [(await client.get(f"{source.url}/v2/")).status_code for _ in range(200)]
-
-    limits = httpx.Limits(max_connections=8, max_keepalive_connections=8, keepalive_expiry=600)
-    assert asyncio.run(sequential(pooled_transport(limits, verify=False, http2=False))) == [200] * 200
-    assert polls == []
-    assert asyncio.run(sequential(httpx.AsyncHTTPTransport(limits=limits))) == [200] * 200
-    assert len(polls) >= 200  # httpcore's own pool and backend, counted the same way
-
-
-def test_pools_share_one_tls_context_per_trust_and_alpn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Loading the CA bundle costs about 20 ms: every pool with the same trust and ALPN setting shares one."""
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    limits = httpx.Limits(max_connections=2)
-
-    def context(verify: bool, http2: bool) -> ssl.SSLContext:
-        pool = pooled_transport(limits, verify=verify, http2=http2)._pool
-        assert isinstance(pool, httpcore.AsyncConnectionPool) and pool._ssl_context is not None
-        return pool._ssl_context
-
-    shared = context(True, False)
-    assert context(True, False) is shared and shared.verify_mode is ssl.CERT_REQUIRED
-    assert context(True, True) is not shared  # httpcore sets ALPN on the context at each connect
-    assert context(False, False).verify_mode is ssl.CERT_NONE
-    ca, _, _ = make_certificates(tmp_path, {"registry.test": "127.0.0.1"})
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
-    own = context(True, False)
-    assert own is not shared
-    assert [c["subject"] for c in own.get_ca_certs()] == [((("commonName", "mirror test CA"),),)]
 
 
 async def test_blob_pieces_are_regrouped_into_chunks_of_at_least_the_chunk_size_each_byte_copied_once() -> None:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # sigstore is imported only where a rule applies
 __all__ = ["SyncOptions", "Syncer", "discover_and_sync", "sync"]
 
 # Images worked on at once. Blob transfers have their own, smaller limit; this one keeps the connection pools'
-# queues short (httpcore scans its whole queue on every change: 4000 queued look-ups took 100 s). 16 images
+# queues short (httpcore's pool scanned its whole queue on every change: 4000 queued look-ups took 100 s). 16 images
 # of a dozen or more HEADs each keep a registry's 32 connections (the default) busy; more only wait at the pool
 # holding memory (the benchmark's 50 images to three targets: peak RSS 66 MB at 32, 63 MB at 16, no slower).
 IMAGES_AT_ONCE = 16

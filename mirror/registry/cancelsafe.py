@@ -1,10 +1,11 @@
 """A request whose caller is cancelled finishes on its own, so the connection pool stays whole.
 
-httpcore 1.0's pool loses a connection slot for good when a request is cancelled at the wrong moment, for
-instance while it waits for a pooled connection that is being opened for it (encode/httpcore#1093, #830).
-mirror cancels requests routinely (a target tag asked while the source answers, then not needed; a run
-abandoned at SIGTERM), and after enough of them every request waited out the pool timeout. Under this layer a
-request is never cancelled mid-flight: the caller stops waiting at once, and the request runs to its
+An HTTP/1.1 exchange cut off halfway leaves its connection unusable (mirror's pool closes it, and a later request
+opens another), and httpcore's pool (a host with HTTP/2 on) loses a connection slot for good when a request is
+cancelled at the wrong moment, for instance while it waits for a pooled connection that is being opened for it
+(encode/httpcore#1093, #830). mirror cancels requests routinely (a target tag asked while the source answers, then
+not needed; a run abandoned at SIGTERM), and after enough of them every request waited out the pool timeout. Under
+this layer a request is never cancelled mid-flight: the caller stops waiting at once, and the request runs to its
 answer (bounded by the client's timeouts) and is closed, its connection returned to the pool."""
 
 from __future__ import annotations

@@ -1,143 +1,258 @@
-"""The connection pool: httpcore's, with the pass that hands connections to waiting requests made linear.
+"""The connection pool and the transport under every registry client: HTTP/1.1 keep-alive connections
+(`http11.py`) over asyncio's sockets (`sockets.py`), with no other layer between them and httpx.
 
-httpcore 1.0 runs that pass whenever a request joins or leaves the pool, and in it counts every connection
-again for each idle one and filters every connection again for each waiting request (encode/httpcore#1035):
-with 16 connections, a million `is_idle` calls in a no-op run of 50 images, a quarter of its CPU.
-`LinearPool` makes the same choices from one walk of the connections: drop the closed ones, close the
-expired ones and idle ones past the keep-alive limit, then give each waiting request the first available
-connection to its origin, else a new connection while under the limit, else one made in place of the oldest
-idle connection. One fix to httpcore's behaviour comes with it: the keep-alive limit counts idle connections,
-not all of them (the same issue); mirror sets it to the pool's size, so neither version ever closed one.
+httpx's own transport sits on httpcore's pool, which under asyncio takes every lock, event and cancel shield
+from anyio: about 20 ms to load anyio's backend before the first request of every run, and 5% of a no-op's CPU
+in those objects. Its pool also walks every connection and every waiting request whenever one comes or goes
+(encode/httpcore#1035). Here a request takes an idle connection to its origin (the most recent first), else
+opens one while under the limit, else closes the oldest idle connection to another origin to make room, else
+waits its turn; an answered request hands its connection back, or closes it when the exchange cannot be
+followed by another (an unread body, `Connection: close`, an error).
 
-Two more changes of httpcore's behaviour, both found in a 20-image no-op (580 requests):
-- An idle HTTP/1.1 connection handed to a request stays idle until that request's task runs, and httpcore hands
-  it to the next request as well (or closes it to make room); the request that loses is refused by the
-  connection and queues again. 2,400 such refusals, each another pass; `LinearPool` keeps it for the first.
-- httpcore asks every idle connection in every pass whether the server has closed it (88,000 times; with
-  httpcore's own network backend each is a `poll` of the socket, with `sockets.py` a look at the connection's
-  state); `LinearPool` asks it of a connection about to be handed out, and of the others in a sweep at most once
-  every `SWEEP_SECONDS`.
-- When a request leaves and none is waiting, httpcore walks the pool anyway (half the walks of a no-op); the walk
-  then waits for the next request to join, or for the sweep."""
+HTTP/2 (`registries.<host>.http2`) is httpx's own transport: one multiplexed connection per host needs none of
+this, and it is opt-in (it loses to HTTP/1.1 in the benchmark)."""
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import httpcore
 import httpx
-from httpcore._async.interfaces import AsyncConnectionInterface as Connection
 
+from mirror.registry.http11 import Http11Connection, Origin, Timeouts
 from mirror.registry.sockets import SocketBackend
 from mirror.registry.tls import tls_context
 
-SWEEP_SECONDS = 1.0  # how stale an idle connection's "still open?" answer may be when it is not handed out
+DEFAULT_PORTS = {b"http": 80, b"https": 443}
 
 
-def pooled_transport(limits: httpx.Limits, verify: bool, http2: bool) -> httpx.AsyncHTTPTransport:
-    """httpx's transport over a `LinearPool` whose connections `SocketBackend` makes. httpx takes neither a
-    pool nor a network backend, so the pool it built (unused: no connection yet) is replaced by one made with the
-    same TLS context and limits."""
-    transport = httpx.AsyncHTTPTransport(limits=limits, verify=tls_context(verify, http2), http2=http2)
-    built = transport._pool
-    assert isinstance(built, httpcore.AsyncConnectionPool) and not built.connections
-    transport._pool = LinearPool(
-        ssl_context=built._ssl_context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        http1=True,
-        http2=http2,
-        network_backend=SocketBackend(),
+def pooled_transport(limits: httpx.Limits, verify: bool, http2: bool) -> httpx.AsyncBaseTransport:
+    if http2:
+        return httpx.AsyncHTTPTransport(limits=limits, verify=tls_context(verify, http2=True), http2=True)
+    return PooledTransport(
+        ConnectionPool(
+            tls_context(verify),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+        )
     )
-    return transport
 
 
-class LinearPool(httpcore.AsyncConnectionPool):
-    _swept_at = float("-inf")
+class ConnectionPool:
+    def __init__(
+        self,
+        ssl_context: ssl.SSLContext,
+        max_connections: int | None = None,
+        max_keepalive_connections: int | None = None,
+        keepalive_expiry: float | None = None,
+        backend: SocketBackend | None = None,
+    ) -> None:
+        ssl_context.set_alpn_protocols(["http/1.1"])
+        self.ssl_context = ssl_context
+        self._max_connections = max_connections if max_connections is not None else float("inf")
+        self._max_idle = max_keepalive_connections if max_keepalive_connections is not None else float("inf")
+        self._keepalive_expiry = keepalive_expiry
+        self._backend = backend or SocketBackend()
+        self._idle: list[Http11Connection] = []  # oldest first
+        self._open = 0  # connections open, or being opened, idle or not
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._woken = 0  # requests woken from the queue that have not yet run again
+        self._closed = False
 
-    def _assign_requests_to_connections(self) -> list[Connection]:
-        queued = [request for request in self._requests if request.is_queued()]
-        if not queued and not self._sweep_due():
-            return []  # a request left and none waits: the walk can wait for the next one to join, or the sweep
-        closing, free, idle = self._walk_connections()
-        for pool_request in queued:
-            origin = pool_request.request.url.origin
-            reused = self._usable(origin, free, idle, closing)
+    @property
+    def idle(self) -> list[Http11Connection]:
+        return list(self._idle)
+
+    @property
+    def open_connections(self) -> int:
+        return self._open
+
+    async def acquire(self, origin: Origin, timeouts: Timeouts, sni_hostname: str | None = None) -> Http11Connection:
+        deadline = None if timeouts.pool is None else time.monotonic() + timeouts.pool
+        while True:
+            if self._closed:
+                raise httpcore.PoolTimeout("the connection pool is closed")
+            reused = self._reusable(origin)
             if reused is not None:
-                pool_request.assign_to_connection(reused)
-                if _exclusive(reused):
-                    free.remove(reused)
-                if reused in idle:  # spoken for: not to be closed for another origin in this pass
-                    idle.remove(reused)
+                return reused
+            if self._open < self._max_connections or self._make_room():
+                return await self._opened(origin, timeouts, sni_hostname)
+            await self._wait_turn(deadline)
+
+    def release(self, connection: Http11Connection) -> None:
+        """The exchange on `connection` is over: back to the idle ones if it can take another, else closed."""
+        if self._closed or not connection.finish():
+            self._discard(connection)
+            return
+        self._idle.append(connection)
+        if len(self._idle) > self._max_idle and not (self._waiting or self._woken):  # else it is taken next
+            self._discard(self._idle.pop(0))
+        self._wake_one()
+
+    def discard(self, connection: Http11Connection) -> None:
+        self._discard(connection)
+
+    def close(self) -> None:
+        self._closed = True
+        for connection in self._idle:
+            connection.close()
+        self._open -= len(self._idle)
+        self._idle.clear()
+        while self._waiting:  # each finds the pool closed
+            self._wake_one()
+
+    def _reusable(self, origin: Origin) -> Http11Connection | None:
+        """The most recently used idle connection to `origin` that is fit for reuse; unfit ones on the way are
+        closed."""
+        now = time.monotonic()
+        for index in range(len(self._idle) - 1, -1, -1):
+            connection = self._idle[index]
+            if connection.origin != origin:
                 continue
-            if len(self._connections) >= self._max_connections:
-                if not idle:
-                    continue  # the request waits for a connection to come back
-                _close(idle[0], closing, self._connections, free, idle)
-            connection = self.create_connection(origin)
-            self._connections.append(connection)
-            pool_request.assign_to_connection(connection)
-            if connection.is_available():  # an HTTP/2 connection to be: later requests share it
-                free.append(connection)
-        return closing
-
-    def _walk_connections(self) -> tuple[list[Connection], list[Connection], list[Connection]]:
-        """One walk of the pool: the connections to close (expired, found in a sweep, and idle ones past the
-        keep-alive limit), those free to take a request now, and the idle ones that may be closed to make room.
-        Closed connections are dropped.
-
-        A connection already handed to a request that has not yet started on it is spoken for: idle, httpcore
-        would hand it out again (the later request, refused by the connection, queues for another pass) or close
-        it to make room."""
-        spoken_for = {request.connection for request in self._requests if request.connection is not None}
-        sweep = self._sweep_due()
-        if sweep:
-            self._swept_at = time.monotonic()
-        closing: list[Connection] = []
-        kept: list[Connection] = []
-        free: list[Connection] = []
-        idle: list[Connection] = []
-        for connection in self._connections:
-            if connection.is_closed():
-                continue
-            spoken = connection in spoken_for
-            if sweep and not spoken and connection.has_expired():
-                closing.append(connection)
-                continue
-            kept.append(connection)
-            if connection.is_available() and not (spoken and _exclusive(connection)):
-                free.append(connection)
-            if not spoken and connection.is_idle():
-                idle.append(connection)
-        for surplus in idle[: max(0, len(idle) - self._max_keepalive_connections)]:
-            _close(surplus, closing, kept, free, idle)
-        self._connections = kept
-        return closing, free, idle
-
-    def _sweep_due(self) -> bool:
-        return time.monotonic() - self._swept_at >= SWEEP_SECONDS
-
-    def _usable(
-        self, origin: httpcore.Origin, free: list[Connection], idle: list[Connection], closing: list[Connection]
-    ) -> Connection | None:
-        """The first free connection to `origin` that has neither expired nor been closed by the server; those
-        found so on the way are taken out of the pool."""
-        for connection in [c for c in free if c.can_handle_request(origin)]:
-            if not connection.has_expired():
+            del self._idle[index]
+            if connection.fit_for_reuse(now):
                 return connection
-            _close(connection, closing, self._connections, free, idle)
+            self._discard(connection)
         return None
 
+    def _make_room(self) -> bool:
+        """Close the oldest idle connection (to another origin: `_reusable` took this one's) to open one."""
+        if not self._idle:
+            return False
+        self._discard(self._idle.pop(0), wake=False)  # the room is this request's
+        return True
 
-def _close(connection: Connection, closing: list[Connection], *pooled: list[Connection]) -> None:
-    """Take `connection` out of the pool's lists for this pass and into `closing`."""
-    for connections in pooled:
-        if connection in connections:
-            connections.remove(connection)
-    closing.append(connection)
+    async def _opened(self, origin: Origin, timeouts: Timeouts, sni_hostname: str | None) -> Http11Connection:
+        self._open += 1
+        try:
+            host = origin.host.decode("ascii")
+            stream = await self._backend.connect_tcp(host, origin.port, timeout=timeouts.connect)
+            if origin.scheme == b"https":
+                stream = await stream.start_tls(self.ssl_context, sni_hostname or host, timeout=timeouts.connect)
+        except BaseException:
+            self._open -= 1
+            self._wake_one()
+            raise
+        return Http11Connection(origin, stream, self._keepalive_expiry)
+
+    async def _wait_turn(self, deadline: float | None) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            async with asyncio.timeout_at(None if deadline is None else _loop_time(deadline)):
+                await waiter
+        except BaseException as error:
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
+            elif waiter.done() and not waiter.cancelled():
+                self._woken -= 1
+                self._wake_one()  # woken, but not taking its turn: the next in line does
+            if isinstance(error, TimeoutError):
+                raise httpcore.PoolTimeout("no connection came free in time") from None
+            raise
+        self._woken -= 1
+
+    def _discard(self, connection: Http11Connection, wake: bool = True) -> None:
+        if not connection.closed:
+            connection.close()
+            self._open -= 1
+            if wake:
+                self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._woken += 1
+                return
 
 
-def _exclusive(connection: Connection) -> bool:
-    """An idle HTTP/1.1 connection: handed to one request, it can take no other until that one is done."""
-    return connection.is_idle() and "HTTP/2" not in connection.info()
+def _loop_time(monotonic_deadline: float) -> float:
+    loop = asyncio.get_running_loop()
+    return loop.time() + (monotonic_deadline - time.monotonic())
+
+
+class PooledTransport(httpx.AsyncBaseTransport):
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        origin = Origin(url.raw_scheme, url.raw_host, url.port or DEFAULT_PORTS.get(url.raw_scheme, 80))
+        timeouts = Timeouts.of(request)
+        with _as_httpx_errors():
+            connection = await self.pool.acquire(origin, timeouts, request.extensions.get("sni_hostname"))
+            try:
+                head = await connection.send(request, timeouts)
+            except BaseException:
+                self.pool.discard(connection)
+                raise
+        return httpx.Response(
+            head.status_code,
+            headers=head.headers.raw_items(),
+            stream=_ResponseBody(self.pool, connection, timeouts),
+            extensions={
+                "http_version": b"HTTP/" + head.http_version,
+                "reason_phrase": head.reason,
+                "network_stream": connection.stream,
+            },
+        )
+
+    async def aclose(self) -> None:
+        self.pool.close()
+
+
+class _ResponseBody(httpx.AsyncByteStream):
+    def __init__(self, pool: ConnectionPool, connection: Http11Connection, timeouts: Timeouts) -> None:
+        self._pool = pool
+        self._connection: Http11Connection | None = connection
+        self._timeouts = timeouts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._connection is None:
+            raise httpx.StreamClosed()
+        with _as_httpx_errors():
+            try:
+                async for piece in self._connection.body(self._timeouts):
+                    yield piece
+            except BaseException:
+                self._release()  # an unfinished body: the connection is closed, not reused
+                raise
+
+    async def aclose(self) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self._pool.release(connection)
+
+
+_HTTPX_ERRORS: dict[type[Exception], type[httpx.TransportError]] = {
+    httpcore.PoolTimeout: httpx.PoolTimeout,
+    httpcore.ConnectTimeout: httpx.ConnectTimeout,
+    httpcore.ReadTimeout: httpx.ReadTimeout,
+    httpcore.WriteTimeout: httpx.WriteTimeout,
+    httpcore.ConnectError: httpx.ConnectError,
+    httpcore.ReadError: httpx.ReadError,
+    httpcore.WriteError: httpx.WriteError,
+    httpcore.RemoteProtocolError: httpx.RemoteProtocolError,
+    httpcore.LocalProtocolError: httpx.LocalProtocolError,
+}
+
+
+@contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    """The socket stream's and the connection's failures (httpcore's exceptions) as httpx's, as httpx's own
+    transport maps them."""
+    try:
+        yield
+    except tuple(_HTTPX_ERRORS) as error:
+        raise _HTTPX_ERRORS[type(error)](str(error)) from error

@@ -1,9 +1,9 @@
 """At most as many requests in the connection pool as it has connections; the rest wait here.
 
-httpcore 1.0's pool scans every queued request against every connection each time a request comes or goes, so a
-wave of hundreds of look-ups cost more CPU in that scan than in the requests. Waiting in an asyncio semaphore
-costs nothing per waiter. A request holds its slot until its response is closed, body read or not, so a
-streamed blob counts as long as it flows."""
+Waiting in an asyncio semaphore costs nothing per waiter, whichever pool is below: mirror's (`pool.py`), or
+httpcore's for a host with HTTP/2 on, which scans every queued request against every connection each time a request
+comes or goes (a wave of hundreds of look-ups cost more CPU in that scan than in the requests). A request holds its
+slot until its response is closed, body read or not, so a streamed blob counts as long as it flows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The connection pool's network backend: httpcore's interface over asyncio's own transports and protocols.
+"""The connection pool's sockets: httpcore's network-backend interface over asyncio's own transports and protocols.
+mirror's HTTP/1.1 connections (`http11.py`) run over these streams.
 
 httpcore's default backend under asyncio is anyio's: each read and write opens a cancel scope with its deadline
 and yields to the loop once more before it starts, TLS is a second layer of Python over the socket stream, and
@@ -124,7 +125,7 @@ def _expire(waker: asyncio.Future[None], error: type[Exception]) -> None:
         waker.set_exception(error("timed out"))
 
 
-class _Stream(httpcore.AsyncNetworkStream):
+class SocketStream(httpcore.AsyncNetworkStream):
     def __init__(self, transport: asyncio.Transport, connection: _Connection) -> None:
         self._transport = transport
         self._connection = connection
@@ -155,11 +156,15 @@ class _Stream(httpcore.AsyncNetworkStream):
             raise httpcore.WriteError(str(self._connection.lost)) from self._connection.lost
 
     async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """At once: the loop flushes what was written and closes the socket; nothing here waits for it."""
         self._transport.close()
 
     async def start_tls(
         self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> SocketStream:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
@@ -176,7 +181,7 @@ class _Stream(httpcore.AsyncNetworkStream):
             raise httpcore.ConnectError("connection lost during the TLS handshake")
         assert isinstance(upgraded, asyncio.Transport)
         self._connection.transport = upgraded
-        return _Stream(upgraded, self._connection)
+        return SocketStream(upgraded, self._connection)
 
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable":  # idle: the server closed the connection, or sent what nobody asked for
@@ -200,7 +205,7 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> SocketStream:
         loop = asyncio.get_running_loop()
         local = None if local_address is None else (local_address, 0)
         with _connect_errors(f"{host}:{port}"):
@@ -212,16 +217,16 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
                     transport, connection = await loop.create_connection(
                         _Connection, host, port, local_addr=local, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY
                     )
-        return _Stream(transport, connection)
+        return SocketStream(transport, connection)
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[SocketOption] | None = None
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> SocketStream:
         loop = asyncio.get_running_loop()
         with _connect_errors(path):
             async with asyncio.timeout(timeout):
                 transport, connection = await loop.create_unix_connection(_Connection, path)
-        return _Stream(transport, connection)
+        return SocketStream(transport, connection)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -3,8 +3,8 @@
 Loading the CA bundle takes about 20 ms each time, and a run opens a pool per registry host (Docker Hub, each ACR
 region, an anonymous client per target for the pull check) and one for chart downloads. The trust is httpx's:
 `SSL_CERT_FILE`, else `SSL_CERT_DIR`, else certifi's bundle; a change to either variable makes a new context.
-httpcore sets the ALPN protocols on the context at each connect, so pools that speak HTTP/2 and pools that do not
-never share one."""
+The ALPN protocols are set on the context (by mirror's pool once, by httpcore at each connect), so pools that speak
+HTTP/2 and pools that do not never share one."""
 
 from __future__ import annotations
 
