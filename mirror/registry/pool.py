@@ -45,6 +45,9 @@ def pooled_transport(limits: httpx.Limits, verify: bool, http2: bool) -> httpx.A
 
 
 class ConnectionPool:
+    """Connections per origin, at most `max_connections` open (idle or not) and `max_keepalive_connections` idle,
+    each idle one for at most `keepalive_expiry` seconds."""
+
     def __init__(
         self,
         ssl_context: ssl.SSLContext,
@@ -74,7 +77,7 @@ class ConnectionPool:
         return self._open
 
     async def acquire(self, origin: Origin, timeouts: Timeouts, sni_hostname: str | None = None) -> Http11Connection:
-        deadline = None if timeouts.pool is None else time.monotonic() + timeouts.pool
+        deadline = None if timeouts.pool is None else asyncio.get_running_loop().time() + timeouts.pool
         while True:
             if self._closed:
                 raise httpcore.PoolTimeout("the connection pool is closed")
@@ -88,15 +91,12 @@ class ConnectionPool:
     def release(self, connection: Http11Connection) -> None:
         """The exchange on `connection` is over: back to the idle ones if it can take another, else closed."""
         if self._closed or not connection.finish():
-            self._discard(connection)
+            self.discard(connection)
             return
         self._idle.append(connection)
         if len(self._idle) > self._max_idle and not (self._waiting or self._woken):  # else it is taken next
-            self._discard(self._idle.pop(0))
+            self.discard(self._idle.pop(0))
         self._wake_one()
-
-    def discard(self, connection: Http11Connection) -> None:
-        self._discard(connection)
 
     def close(self) -> None:
         self._closed = True
@@ -118,14 +118,14 @@ class ConnectionPool:
             del self._idle[index]
             if connection.fit_for_reuse(now):
                 return connection
-            self._discard(connection)
+            self.discard(connection)
         return None
 
     def _make_room(self) -> bool:
         """Close the oldest idle connection (to another origin: `_reusable` took this one's) to open one."""
         if not self._idle:
             return False
-        self._discard(self._idle.pop(0), wake=False)  # the room is this request's
+        self.discard(self._idle.pop(0), wake=False)  # the room is this request's
         return True
 
     async def _opened(self, origin: Origin, timeouts: Timeouts, sni_hostname: str | None) -> Http11Connection:
@@ -145,7 +145,7 @@ class ConnectionPool:
         waiter = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
         try:
-            async with asyncio.timeout_at(None if deadline is None else _loop_time(deadline)):
+            async with asyncio.timeout_at(deadline):
                 await waiter
         except BaseException as error:
             if waiter in self._waiting:
@@ -158,7 +158,8 @@ class ConnectionPool:
             raise
         self._woken -= 1
 
-    def _discard(self, connection: Http11Connection, wake: bool = True) -> None:
+    def discard(self, connection: Http11Connection, wake: bool = True) -> None:
+        """Close `connection` (an exchange failed, or it is not fit to keep) and free its place."""
         if not connection.closed:
             connection.close()
             self._open -= 1
@@ -172,11 +173,6 @@ class ConnectionPool:
                 waiter.set_result(None)
                 self._woken += 1
                 return
-
-
-def _loop_time(monotonic_deadline: float) -> float:
-    loop = asyncio.get_running_loop()
-    return loop.time() + (monotonic_deadline - time.monotonic())
 
 
 class PooledTransport(httpx.AsyncBaseTransport):
