@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import httpcore
+import httpx
 import pytest
 
 from mirror.registry.sockets import SocketBackend
@@ -91,7 +91,7 @@ def test_a_reset_connection_is_a_read_error() -> None:
         finally:
             await stream.aclose()
 
-    with tcp_peer(reset) as port, pytest.raises(httpcore.ReadError):
+    with tcp_peer(reset) as port, pytest.raises(httpx.ReadError):
         asyncio.run(talk(port))
 
 
@@ -103,7 +103,7 @@ def test_a_peer_that_never_answers_is_a_read_timeout() -> None:
         finally:
             await stream.aclose()
 
-    with tcp_peer(lambda connection: None) as port, pytest.raises(httpcore.ReadTimeout):
+    with tcp_peer(lambda connection: None) as port, pytest.raises(httpx.ReadTimeout):
         asyncio.run(talk(port))
 
 
@@ -122,7 +122,7 @@ def test_a_peer_that_stops_reading_holds_the_writer_back_and_the_write_times_out
         finally:
             await stream.aclose()
 
-    with tcp_peer(lambda connection: None) as port, pytest.raises(httpcore.WriteTimeout):
+    with tcp_peer(lambda connection: None) as port, pytest.raises(httpx.WriteTimeout):
         asyncio.run(flood(port))
     assert 0 < sum(written) < 64 * 1024 * 1024
 
@@ -130,7 +130,7 @@ def test_a_peer_that_stops_reading_holds_the_writer_back_and_the_write_times_out
 def test_a_refused_connection_is_a_connect_error() -> None:
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]  # bound, then closed: nothing listens there
-    with pytest.raises(httpcore.ConnectError):
+    with pytest.raises(httpx.ConnectError):
         asyncio.run(SocketBackend().connect_tcp("127.0.0.1", port, timeout=30))
 
 

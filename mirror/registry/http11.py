@@ -2,8 +2,8 @@
 
 h11 does the protocol (framing, chunked bodies, keep-alive rules); this file moves its bytes. A connection
 carries one exchange at a time: `send` writes the request and returns the response's head, `body` yields the
-response's bytes, and `finish` says whether the connection may carry another exchange. Failures are httpcore's
-exceptions, as the socket stream raises them; the transport (`pool.py`) turns them into httpx's."""
+response's bytes, and `finish` says whether the connection may carry another exchange. Failures are httpx's
+exceptions, as the socket stream raises them, h11's protocol errors among them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 import h11
-import httpcore
 import httpx
 
 from mirror.registry.sockets import SocketStream
@@ -56,7 +55,7 @@ class Http11Connection:
 
     async def send(self, request: httpx.Request, timeouts: Timeouts) -> h11.Response:
         """Write `request` and read up to the response's head. A server may answer before it has read the whole
-        body (a refusal) and close its side: the answer is still read, as httpcore does."""
+        body (a refusal) and close its side: the answer is still read."""
         self._idle_until = None
         target = request.url.raw_path
         try:
@@ -65,14 +64,14 @@ class Http11Connection:
             async for piece in request.stream:
                 await self._write(h11.Data(data=piece), timeouts)
             await self._write(h11.EndOfMessage(), timeouts)
-        except httpcore.WriteError:
+        except httpx.WriteError:
             pass
         while True:
             event = await self._next_event(timeouts.read)
             if isinstance(event, h11.Response):
                 return event
             if not isinstance(event, h11.InformationalResponse):  # 1xx heads come before the answer
-                raise httpcore.RemoteProtocolError(f"unexpected {type(event).__name__} before the response")
+                raise httpx.RemoteProtocolError(f"unexpected {type(event).__name__} before the response")
 
     async def body(self, timeouts: Timeouts) -> AsyncIterator[bytes]:
         while True:
@@ -111,7 +110,7 @@ class Http11Connection:
         try:
             data = self._h11.send(event)
         except h11.LocalProtocolError as error:
-            raise httpcore.LocalProtocolError(str(error)) from error
+            raise httpx.LocalProtocolError(str(error)) from error
         if data:
             await self.stream.write(data, timeouts.write)
 
@@ -120,11 +119,11 @@ class Http11Connection:
             try:
                 event = self._h11.next_event()
             except h11.RemoteProtocolError as error:
-                raise httpcore.RemoteProtocolError(str(error)) from error
+                raise httpx.RemoteProtocolError(str(error)) from error
             if event is not h11.NEED_DATA:
                 assert not isinstance(event, type)  # PAUSED is a server's; a client is never paused
                 return event
             data = await self.stream.read(READ_SIZE, read_timeout)
             if not data and self._h11.their_state is h11.SEND_RESPONSE:
-                raise httpcore.RemoteProtocolError("Server disconnected without sending a response.")
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
             self._h11.receive_data(data)

@@ -10,7 +10,8 @@ waits its turn; an answered request hands its connection back, or closes it when
 followed by another (an unread body, `Connection: close`, an error).
 
 HTTP/2 (`registries.<host>.http2`) is httpx's own transport: one multiplexed connection per host needs none of
-this, and it is opt-in (it loses to HTTP/1.1 in the benchmark)."""
+this, and it is opt-in (it loses to HTTP/1.1 in the benchmark). httpcore (with h2 and anyio) is imported only
+then: about 30 ms of every run's start-up otherwise."""
 
 from __future__ import annotations
 
@@ -18,10 +19,8 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 
-import httpcore
 import httpx
 
 from mirror.registry.http11 import Http11Connection, Origin, Timeouts
@@ -80,7 +79,7 @@ class ConnectionPool:
         deadline = None if timeouts.pool is None else asyncio.get_running_loop().time() + timeouts.pool
         while True:
             if self._closed:
-                raise httpcore.PoolTimeout("the connection pool is closed")
+                raise httpx.PoolTimeout("the connection pool is closed")
             reused = self._reusable(origin)
             if reused is not None:
                 return reused
@@ -154,7 +153,7 @@ class ConnectionPool:
                 self._woken -= 1
                 self._wake_one()  # woken, but not taking its turn: the next in line does
             if isinstance(error, TimeoutError):
-                raise httpcore.PoolTimeout("no connection came free in time") from None
+                raise httpx.PoolTimeout("no connection came free in time") from None
             raise
         self._woken -= 1
 
@@ -183,13 +182,12 @@ class PooledTransport(httpx.AsyncBaseTransport):
         url = request.url
         origin = Origin(url.raw_scheme, url.raw_host, url.port or DEFAULT_PORTS.get(url.raw_scheme, 80))
         timeouts = Timeouts.of(request)
-        with _as_httpx_errors():
-            connection = await self.pool.acquire(origin, timeouts, request.extensions.get("sni_hostname"))
-            try:
-                head = await connection.send(request, timeouts)
-            except BaseException:
-                self.pool.discard(connection)
-                raise
+        connection = await self.pool.acquire(origin, timeouts, request.extensions.get("sni_hostname"))
+        try:
+            head = await connection.send(request, timeouts)
+        except BaseException:
+            self.pool.discard(connection)
+            raise
         return httpx.Response(
             head.status_code,
             headers=head.headers.raw_items(),
@@ -214,13 +212,12 @@ class _ResponseBody(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._connection is None:
             raise httpx.StreamClosed()
-        with _as_httpx_errors():
-            try:
-                async for piece in self._connection.body(self._timeouts):
-                    yield piece
-            except BaseException:
-                self._release()  # an unfinished body: the connection is closed, not reused
-                raise
+        try:
+            async for piece in self._connection.body(self._timeouts):
+                yield piece
+        except BaseException:
+            self._release()  # an unfinished body: the connection is closed, not reused
+            raise
 
     async def aclose(self) -> None:
         self._release()
@@ -229,26 +226,3 @@ class _ResponseBody(httpx.AsyncByteStream):
         connection, self._connection = self._connection, None
         if connection is not None:
             self._pool.release(connection)
-
-
-_HTTPX_ERRORS: dict[type[Exception], type[httpx.TransportError]] = {
-    httpcore.PoolTimeout: httpx.PoolTimeout,
-    httpcore.ConnectTimeout: httpx.ConnectTimeout,
-    httpcore.ReadTimeout: httpx.ReadTimeout,
-    httpcore.WriteTimeout: httpx.WriteTimeout,
-    httpcore.ConnectError: httpx.ConnectError,
-    httpcore.ReadError: httpx.ReadError,
-    httpcore.WriteError: httpx.WriteError,
-    httpcore.RemoteProtocolError: httpx.RemoteProtocolError,
-    httpcore.LocalProtocolError: httpx.LocalProtocolError,
-}
-
-
-@contextmanager
-def _as_httpx_errors() -> Iterator[None]:
-    """The socket stream's and the connection's failures (httpcore's exceptions) as httpx's, as httpx's own
-    transport maps them."""
-    try:
-        yield
-    except tuple(_HTTPX_ERRORS) as error:
-        raise _HTTPX_ERRORS[type(error)](str(error)) from error

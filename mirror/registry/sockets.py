@@ -1,5 +1,6 @@
-"""The connection pool's sockets: httpcore's network-backend interface over asyncio's own transports and protocols.
-mirror's HTTP/1.1 connections (`http11.py`) run over these streams.
+"""The connection pool's sockets: streams over asyncio's own transports and protocols, under mirror's HTTP/1.1
+connections (`http11.py`). The interface is httpcore's network backend's (connect, read, write, start TLS, extra
+info), without importing httpcore; failures are httpx's exceptions.
 
 httpcore's default backend under asyncio is anyio's: each read and write opens a cancel scope with its deadline
 and yields to the loop once more before it starts, TLS is a second layer of Python over the socket stream, and
@@ -10,7 +11,7 @@ when the transport asks to pause, TLS is asyncio's (`loop.start_tls`), and a con
 idle is known from the protocol's state without a system call, since the loop reads every open socket as it
 goes."""
 
-# ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore's network-backend interface)
+# ruff: noqa: ASYNC109  (the `timeout` parameters: the shape of httpcore's network-backend interface)
 from __future__ import annotations
 
 import asyncio
@@ -21,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpcore
+import httpx
 
 SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
@@ -125,7 +126,7 @@ def _expire(waker: asyncio.Future[None], error: type[Exception]) -> None:
         waker.set_exception(error("timed out"))
 
 
-class SocketStream(httpcore.AsyncNetworkStream):
+class SocketStream:
     def __init__(self, transport: asyncio.Transport, connection: _Connection) -> None:
         self._transport = transport
         self._connection = connection
@@ -135,25 +136,25 @@ class SocketStream(httpcore.AsyncNetworkStream):
         if not connection.buffered and not connection.ended:
             deadline = _deadline(timeout)
             while not connection.buffered and not connection.ended:
-                await connection.wait(deadline, httpcore.ReadTimeout)
+                await connection.wait(deadline, httpx.ReadTimeout)
         if connection.buffered:
             return connection.take(max_bytes)
         if connection.lost is not None:
-            raise httpcore.ReadError(str(connection.lost) or type(connection.lost).__name__) from connection.lost
+            raise httpx.ReadError(str(connection.lost) or type(connection.lost).__name__) from connection.lost
         return b""
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
         if self._connection.ended or self._transport.is_closing():
-            raise httpcore.WriteError("the connection is closed")
+            raise httpx.WriteError("the connection is closed")
         self._transport.write(buffer)
         if self._connection.must_wait_to_write:
             deadline = _deadline(timeout)
             while self._connection.must_wait_to_write:
-                await self._connection.wait(deadline, httpcore.WriteTimeout)
+                await self._connection.wait(deadline, httpx.WriteTimeout)
         if self._connection.lost is not None:
-            raise httpcore.WriteError(str(self._connection.lost)) from self._connection.lost
+            raise httpx.WriteError(str(self._connection.lost)) from self._connection.lost
 
     async def aclose(self) -> None:
         self.close()
@@ -173,12 +174,12 @@ class SocketStream(httpcore.AsyncNetworkStream):
                 )
         except TimeoutError as error:
             self._transport.abort()
-            raise httpcore.ConnectTimeout("TLS handshake timed out") from error
+            raise httpx.ConnectTimeout("TLS handshake timed out") from error
         except (OSError, ssl.SSLError) as error:
             self._transport.abort()
-            raise httpcore.ConnectError(str(error)) from error
+            raise httpx.ConnectError(str(error)) from error
         if upgraded is None:  # the connection was lost during the handshake
-            raise httpcore.ConnectError("connection lost during the TLS handshake")
+            raise httpx.ConnectError("connection lost during the TLS handshake")
         assert isinstance(upgraded, asyncio.Transport)
         self._connection.transport = upgraded
         return SocketStream(upgraded, self._connection)
@@ -197,7 +198,7 @@ class SocketStream(httpcore.AsyncNetworkStream):
         return None
 
 
-class SocketBackend(httpcore.AsyncNetworkBackend):
+class SocketBackend:
     async def connect_tcp(
         self,
         host: str,
@@ -234,13 +235,13 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
 
 @contextmanager
 def _connect_errors(where: str) -> Iterator[None]:
-    """A connection attempt's failures as httpcore's: its deadline passed, or the system refused it."""
+    """A connection attempt's failures as httpx's: its deadline passed, or the system refused it."""
     try:
         yield
     except TimeoutError as error:
-        raise httpcore.ConnectTimeout(f"connecting to {where} timed out") from error
+        raise httpx.ConnectTimeout(f"connecting to {where} timed out") from error
     except OSError as error:
-        raise httpcore.ConnectError(str(error)) from error
+        raise httpx.ConnectError(str(error)) from error
 
 
 async def _connected_socket(
