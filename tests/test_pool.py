@@ -129,6 +129,30 @@ def test_the_pool_bounds_its_connections_reuses_them_and_keeps_alive_no_more_tha
     assert [entry.path for entry in source.access_log()[mark:]] == ["/v2/"] * 61
 
 
+def test_idle_connections_kept_for_waiting_requests_are_trimmed_once_none_waits(source: LocalRegistry) -> None:
+    """Four answers read to their end, their connections handed back at once while a fifth request waits: the pool
+    keeps them all idle for it (closing one to respect the keep-alive limit would only make it open another), and
+    once it is answered, the pool is back within the limit of one idle connection."""
+
+    async def handed_back_together() -> tuple[int, int, int]:
+        transport, backend = counted_transport(max_connections=4, max_idle=1)
+        async with httpx.AsyncClient(transport=transport) as client:
+            url = f"{source.url}/v2/"
+            answers = [await client.send(client.build_request("GET", url), stream=True) for _ in range(4)]
+            for answer in answers:
+                assert isinstance(answer.stream, httpx.AsyncByteStream)
+                async for _ in answer.stream:  # read to the end, not closed
+                    pass
+            fifth = asyncio.ensure_future(client.get(url))
+            await asyncio.to_thread(until, lambda: len(transport.pool._waiting) == 1)
+            for answer in answers:  # no await here lets the fifth request run in between
+                await answer.aclose()
+            assert (await fifth).status_code == 200
+            return transport.pool.open_connections, len(transport.pool.idle), backend.connects
+
+    assert asyncio.run(handed_back_together()) == (1, 1, 4)
+
+
 def test_a_burst_over_idle_connections_opens_no_more(source: LocalRegistry) -> None:
     """40 requests at once over 8 idle keep-alive connections: each idle connection is handed to one request
     at a time, so the burst is carried by the 8 (a connection handed twice would fail its second exchange)."""

@@ -93,8 +93,9 @@ class ConnectionPool:
             self.discard(connection)
             return
         self._idle.append(connection)
-        if len(self._idle) > self._max_idle and not (self._waiting or self._woken):  # else it is taken next
-            self.discard(self._idle.pop(0))
+        if not (self._waiting or self._woken):  # else the waiting take the idle ones first
+            while len(self._idle) > self._max_idle:
+                self.discard(self._idle.pop(0))
         self._wake_one()
 
     def close(self) -> None:
