@@ -220,18 +220,6 @@ class SocketBackend:
                     )
         return SocketStream(transport, connection)
 
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[SocketOption] | None = None
-    ) -> SocketStream:
-        loop = asyncio.get_running_loop()
-        with _connect_errors(path):
-            async with asyncio.timeout(timeout):
-                transport, connection = await loop.create_unix_connection(_Connection, path)
-        return SocketStream(transport, connection)
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
 
 @contextmanager
 def _connect_errors(where: str) -> Iterator[None]:
