@@ -361,6 +361,60 @@ def test_a_request_waits_for_the_only_connection_and_a_waiter_that_gives_up_pass
     assert asyncio.run(queue()) == (200, 1)
 
 
+@pytest.mark.parametrize("cut", ["before the head", "in the body"])
+def test_a_request_cancelled_mid_exchange_gives_its_place_back(cut: str) -> None:
+    """A caller cancelled while it waits for the answer's head, or while it reads the body, leaves a connection
+    that cannot carry another exchange: it is closed and its place in the pool freed (httpcore's pool lost such a
+    place for good, encode/httpcore#1093), so the next request opens a connection and is answered."""
+    hold = threading.Event()
+
+    class Handler(Quiet):
+        def do_GET(self) -> None:
+            if self.path == "/held":
+                if cut == "in the body":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(1 << 20))
+                    self.end_headers()
+                    self.wfile.write(b"x" * 1024)
+                    self.wfile.flush()
+                hold.wait(WAIT)
+                self.close_connection = True
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+    async def cancelled_then_asked(base: str) -> tuple[int, int, str, int]:
+        transport, backend = counted_transport(max_connections=1)
+        started = asyncio.Event()
+
+        async def held(client: httpx.AsyncClient) -> None:
+            async with client.stream("GET", f"{base}held") as response:
+                async for _ in response.aiter_raw():
+                    started.set()
+            started.set()
+
+        async with httpx.AsyncClient(transport=transport) as client:
+            task = asyncio.ensure_future(held(client))
+            if cut == "in the body":
+                await asyncio.wait_for(started.wait(), WAIT)
+            else:
+                await asyncio.to_thread(until, lambda: backend.connects == 1)
+                await asyncio.sleep(0.2)  # the request is on its way; how far it got does not change the outcome
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            left = transport.pool.open_connections
+            idle = len(transport.pool.idle)
+            text = (await client.get(f"{base}next")).text
+            hold.set()
+            return left, idle, text, backend.connects
+
+    with http_server(Handler) as server:
+        assert asyncio.run(cancelled_then_asked(f"http://127.0.0.1:{server.server_address[1]}/")) == (0, 0, "ok", 2)
+
+
 def test_an_answer_sent_before_the_upload_was_read_is_the_answer() -> None:
     """A server may refuse an upload as soon as it has read the headers, then drain and close: the client reads
     the refusal, and does not keep the connection."""
