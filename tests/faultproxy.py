@@ -150,7 +150,8 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if method != "HEAD":  # as HTTP servers do: a HEAD answer's body is never sent
+                    self.wfile.write(body)
                 return
             upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
             try:
