@@ -3,7 +3,7 @@
 h11 does the protocol (framing, chunked bodies, keep-alive rules); this file moves its bytes. A connection
 carries one exchange at a time: `send` writes the request and returns the response's head, `body` yields the
 response's bytes, and `finish` says whether the connection may carry another exchange. Failures are httpx's
-exceptions, as the socket stream raises them, h11's protocol errors among them."""
+exceptions: the socket stream raises them, and h11's protocol errors are turned into them."""
 
 from __future__ import annotations
 
