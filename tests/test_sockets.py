@@ -7,6 +7,7 @@ import asyncio
 import socket
 import struct
 import threading
+from asyncio.trsock import TransportSocket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -50,14 +51,14 @@ def test_a_read_returns_what_arrived_then_the_end_and_an_idle_stream_reports_the
 
     async def talk(port: int) -> tuple[bytes, bool, bytes, bytes, bool, bool]:
         stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=30)
-        before = stream.get_extra_info("is_readable")
+        before = stream.is_readable
         await stream.write(b"ping", timeout=30)
         first = await stream.read(2, timeout=30)
         rest = await stream.read(100, timeout=30)
         end = await stream.read(100, timeout=30)
-        after = stream.get_extra_info("is_readable")
-        released = await _released_within(stream.get_extra_info("socket"), 30)
-        await stream.aclose()
+        after = stream.is_readable
+        released = await _released_within(stream.transport_socket, 30)
+        stream.close()
         return first, before, rest, end, after, released
 
     with tcp_peer(answer_and_close) as port:
@@ -68,7 +69,7 @@ def test_a_read_returns_what_arrived_then_the_end_and_an_idle_stream_reports_the
     assert released  # and its socket is closed by then, before the pool ever looks at it again
 
 
-async def _released_within(sock: socket.socket, seconds: float) -> bool:
+async def _released_within(sock: TransportSocket, seconds: float) -> bool:
     """The loop closed `sock` (asyncio's transport socket: its descriptor reads -1 once closed) within `seconds`."""
     for _ in range(int(seconds / 0.01)):
         if sock.fileno() == -1:
@@ -89,7 +90,7 @@ def test_a_reset_connection_is_a_read_error() -> None:
         try:
             await stream.read(100, timeout=30)
         finally:
-            await stream.aclose()
+            stream.close()
 
     with tcp_peer(reset) as port, pytest.raises(httpx.ReadError):
         asyncio.run(talk(port))
@@ -101,7 +102,7 @@ def test_a_peer_that_never_answers_is_a_read_timeout() -> None:
         try:
             await stream.read(100, timeout=0.2)
         finally:
-            await stream.aclose()
+            stream.close()
 
     with tcp_peer(lambda connection: None) as port, pytest.raises(httpx.ReadTimeout):
         asyncio.run(talk(port))
@@ -120,7 +121,7 @@ def test_a_peer_that_stops_reading_holds_the_writer_back_and_the_write_times_out
                 await stream.write(chunk, timeout=0.5)
                 written.append(len(chunk))
         finally:
-            await stream.aclose()
+            stream.close()
 
     with tcp_peer(lambda connection: None) as port, pytest.raises(httpx.WriteTimeout):
         asyncio.run(flood(port))
@@ -139,9 +140,9 @@ def test_socket_options_are_set_before_the_connection_is_made() -> None:
 
     async def talk(port: int) -> tuple[int, int]:
         stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=30, socket_options=options)
-        sock = stream.get_extra_info("socket")
+        sock = stream.transport_socket
         values = sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE), sock.getsockopt(*options[1][:2])
-        await stream.aclose()
+        stream.close()
         return values
 
     with tcp_peer(lambda connection: None) as port:

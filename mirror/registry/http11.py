@@ -51,7 +51,7 @@ class Http11Connection:
         """Idle, within its keep-alive time, and not closed by the server meanwhile: the socket stream knows that
         from what the loop has already read (an end of file, or bytes nobody asked for), with no system call."""
         expired = self._idle_until is not None and now >= self._idle_until
-        return not (self.closed or expired or self.stream.get_extra_info("is_readable"))
+        return not (self.closed or expired or self.stream.is_readable)
 
     async def send(self, request: httpx.Request, timeouts: Timeouts) -> h11.Response:
         """Write `request` and read up to the response's head. A server may answer before it has read the whole

@@ -101,8 +101,7 @@ class ConnectionPool:
     def close(self) -> None:
         self._closed = True
         for connection in self._idle:
-            connection.close()
-        self._open -= len(self._idle)
+            self.discard(connection, wake=False)
         self._idle.clear()
         while self._waiting:  # each finds the pool closed
             self._wake_one()
@@ -193,11 +192,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
             head.status_code,
             headers=head.headers.raw_items(),
             stream=_ResponseBody(self.pool, connection, timeouts),
-            extensions={
-                "http_version": b"HTTP/" + head.http_version,
-                "reason_phrase": head.reason,
-                "network_stream": connection.stream,
-            },
+            extensions={"http_version": b"HTTP/" + head.http_version, "reason_phrase": head.reason},
         )
 
     async def aclose(self) -> None:

@@ -1,6 +1,5 @@
 """The connection pool's sockets: streams over asyncio's own transports and protocols, under mirror's HTTP/1.1
-connections (`http11.py`). The interface is httpcore's network backend's (connect, read, write, start TLS, extra
-info), without importing httpcore; failures are httpx's exceptions.
+connections (`http11.py`): connect, read, write, start TLS, close; failures are httpx's exceptions.
 
 httpcore's default backend under asyncio is anyio's: each read and write opens a cancel scope with its deadline
 and yields to the loop once more before it starts, TLS is a second layer of Python over the socket stream, and
@@ -11,16 +10,16 @@ when the transport asks to pause, TLS is asyncio's (`loop.start_tls`), and a con
 idle is known from the protocol's state without a system call, since the loop reads every open socket as it
 goes."""
 
-# ruff: noqa: ASYNC109  (the `timeout` parameters: the shape of httpcore's network-backend interface)
+# ruff: noqa: ASYNC109  (each read, write and connect takes its own `timeout`, as httpx's per-request timeouts give them)
 from __future__ import annotations
 
 import asyncio
 import socket
 import ssl
+from asyncio.trsock import TransportSocket
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import httpx
 
@@ -156,9 +155,6 @@ class SocketStream:
         if self._connection.lost is not None:
             raise httpx.WriteError(str(self._connection.lost)) from self._connection.lost
 
-    async def aclose(self) -> None:
-        self.close()
-
     def close(self) -> None:
         """At once: the loop flushes what was written and closes the socket; nothing here waits for it."""
         self._transport.close()
@@ -184,18 +180,16 @@ class SocketStream:
         self._connection.transport = upgraded
         return SocketStream(upgraded, self._connection)
 
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":  # idle: the server closed the connection, or sent what nobody asked for
-            return self._connection.ended or self._connection.buffered > 0
-        if info == "ssl_object":
-            return self._transport.get_extra_info("ssl_object")
-        if info == "client_addr":
-            return self._transport.get_extra_info("sockname")
-        if info == "server_addr":
-            return self._transport.get_extra_info("peername")
-        if info == "socket":
-            return self._transport.get_extra_info("socket")
-        return None
+    @property
+    def is_readable(self) -> bool:
+        """Idle, whether the server closed the connection or sent what nobody asked for."""
+        return self._connection.ended or self._connection.buffered > 0
+
+    @property
+    def transport_socket(self) -> TransportSocket:
+        sock = self._transport.get_extra_info("socket")
+        assert isinstance(sock, TransportSocket)
+        return sock
 
 
 class SocketBackend:
