@@ -63,6 +63,15 @@ class Quiet(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def reply(self, status: int, body: bytes, *headers: tuple[str, str]) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
 
 def test_an_idle_connection_the_server_closed_is_noticed_before_it_is_reused() -> None:
     """Whether the server closed an idle connection is known from the socket stream's state: a connection
@@ -73,11 +82,7 @@ def test_an_idle_connection_the_server_closed_is_noticed_before_it_is_reused() -
     class Handler(Quiet):
         def do_GET(self) -> None:
             peers.append(self.client_address[1])
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-            self.wfile.flush()
+            self.reply(200, b"ok")
             if len(peers) == 1:  # keep-alive was offered; the server closes the connection anyway
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
@@ -283,11 +288,7 @@ def test_a_connection_the_server_will_close_is_not_kept() -> None:
 
     class Handler(Quiet):
         def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(b"ok")
+            self.reply(200, b"ok", ("Connection", "close"))
 
     async def three(url: str) -> tuple[list[str], int, int]:
         transport, backend = counted_transport()
@@ -309,10 +310,7 @@ def test_a_connection_that_brought_bytes_nobody_asked_for_is_not_reused() -> Non
             self.wfile.write(head + b'{"errors": []}\n')  # one write: the body comes with the head
 
         def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
+            self.reply(200, b"ok")
 
     async def head_then_get(url: str) -> tuple[int, str, int]:
         transport, backend = counted_transport()
@@ -380,10 +378,7 @@ def test_a_request_cancelled_mid_exchange_gives_its_place_back(cut: str) -> None
                 hold.wait(WAIT)
                 self.close_connection = True
                 return
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
+            self.reply(200, b"ok")
 
     async def cancelled_then_asked(base: str) -> tuple[int, int, str, int]:
         transport, backend = counted_transport(max_connections=1)
@@ -421,12 +416,7 @@ def test_an_answer_sent_before_the_upload_was_read_is_the_answer() -> None:
 
     class Handler(Quiet):
         def do_PUT(self) -> None:
-            self.send_response(413)
-            self.send_header("Content-Length", "8")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(b"too big!")
-            self.wfile.flush()
+            self.reply(413, b"too big!", ("Connection", "close"))
             self.connection.shutdown(socket.SHUT_WR)
             while self.rfile.read1(1 << 16):  # drained, as a server does before it closes
                 pass
@@ -502,11 +492,10 @@ class ScriptedStream(SocketStream):
         if self.writes > 1:
             raise httpx.WriteError("Broken pipe")
 
+    is_readable = False
+
     def close(self) -> None:
         pass
-
-    def get_extra_info(self, info: str) -> Any:
-        return None
 
 
 def test_a_write_that_fails_after_the_server_answered_still_gives_the_answer() -> None:
