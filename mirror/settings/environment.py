@@ -1,0 +1,175 @@
+"""The MIRROR_* environment variables: each must name a setting (pydantic-settings would ignore a misspelt
+one), and a value that is refused is blamed on the variable that set it."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from mirror.settings.fields import MAX_CONFIG_DEPTH, MAX_LINE, union_members
+from mirror.settings.root import ENV_PREFIX, MirrorSettings
+from mirror.untrusted import clip
+
+# MIRROR_* variables that are not settings, and where each is read. Any other MIRROR_* variable must name a
+# setting: pydantic-settings would ignore a misspelt one, so it is refused at load instead.
+NOT_SETTINGS = {
+    "MIRROR_CONFIG": "the config file's path when --config is not given (loading.config_path)",
+}
+# Kubernetes gives every pod <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_80_TCP_ADDR... for each Service in its
+# namespace (enableServiceLinks): deploy/base/service.yaml's `mirror` yields MIRROR_SERVICE_HOST, MIRROR_PORT...
+_SERVICE_LINK = re.compile(
+    r"^MIRROR(_[A-Z0-9]+)*?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9]+)*|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$"
+)
+
+
+def named_variables(data: Mapping[str, Any], environ: Mapping[str, str]) -> set[str]:
+    """The variables the config names as password sources (password_env, in the file or set by a MIRROR_*
+    variable): they may be called MIRROR_* too without being settings."""
+    registries = data.get("registries")
+    named = {
+        entry["password_env"]
+        for entry in (registries.values() if isinstance(registries, dict) else ())
+        if isinstance(entry, dict) and isinstance(entry.get("password_env"), str)
+    }
+    prefix = ENV_PREFIX + "REGISTRIES__"
+    return named | {
+        value
+        for name, value in environ.items()
+        if name.upper().startswith(prefix) and name.upper().endswith("__PASSWORD_ENV")
+    }
+
+
+def variable_problems(environ: Mapping[str, str], named: Iterable[str] = ()) -> list[str]:
+    """The MIRROR_* variables that set no setting (pydantic-settings would ignore a misspelt one), each with
+    the nearest valid name, and those whose JSON value is nested deeper than MAX_CONFIG_DEPTH. Variables in
+    NOT_SETTINGS, Kubernetes service links and the variables the config names (`named`) are left alone."""
+    allowed = set(NOT_SETTINGS) | set(named)
+    problems = []
+    for name in sorted(environ):
+        if not name.upper().startswith(ENV_PREFIX) or name in allowed or _SERVICE_LINK.match(name):
+            continue
+        problem = _variable_problem(name, environ[name])
+        if problem:
+            problems.append(f"{name}: {problem}")
+    return problems
+
+
+def _variable_problem(name: str, value: str) -> str | None:
+    """Why the variable `name` sets nothing, read as pydantic-settings reads it (case-insensitively, `__`
+    between nested keys), or None when it names a setting."""
+    parts = name[len(ENV_PREFIX) :].split("__")
+    if len(parts) > MAX_CONFIG_DEPTH:
+        return f"nested deeper than {MAX_CONFIG_DEPTH} keys"
+    node: Any = MirrorSettings
+    for index, part in enumerate(parts):
+        if node is Any:
+            break  # a key inside free-form values (values.extra)
+        model, mapping = _model_of(node), _mapping_value(node)
+        if model is not None:
+            field = model.model_fields.get(part.lower())
+            if field is None:
+                return "not a setting" + _nearest(name, parts[:index], model)
+            node = field.annotation
+        elif mapping is not None:
+            node = mapping  # `part` is a key of the mapping: a registry host
+        else:
+            whole = ENV_PREFIX + "__".join(parts[:index])
+            return f"not a setting: {whole} is set whole (JSON for a list or a mapping), not part by part"
+    if _structured(node) and _json_depth(value) > MAX_CONFIG_DEPTH:
+        return f"its JSON value is nested deeper than {MAX_CONFIG_DEPTH} levels"
+    return None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    for member in union_members(annotation):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            return member
+    return None
+
+
+def _mapping_value(annotation: Any) -> Any:
+    """X for a dict[str, X] field, else None."""
+    for member in union_members(annotation):
+        if typing.get_origin(member) is dict:
+            return typing.get_args(member)[1]
+    return None
+
+
+def _structured(annotation: Any) -> bool:
+    """Whether pydantic-settings reads the variable's value as JSON: a model, a list, a mapping, free-form."""
+    return annotation is Any or any(
+        typing.get_origin(m) in (list, dict) or _model_of(m) is not None for m in union_members(annotation)
+    )
+
+
+def _setting_paths(model: type[BaseModel]) -> list[tuple[str, ...]]:
+    paths: list[tuple[str, ...]] = []
+    for name, field in model.model_fields.items():
+        paths.append((name,))
+        inner = _model_of(field.annotation)
+        if inner is not None:
+            paths += [(name, *rest) for rest in _setting_paths(inner)]
+    return paths
+
+
+def _nearest(name: str, prefix: list[str], model: type[BaseModel]) -> str:
+    """`; did you mean MIRROR_...?` with the closest setting below the part of `name` that was found, or ""."""
+    lead = ENV_PREFIX + "".join(f"{part}__" for part in prefix)
+    tails = {"__".join(path).upper() for path in _setting_paths(model)}
+    found = difflib.get_close_matches(name[len(lead) :].upper(), tails, n=1)  # the shared lead would match anything
+    if found:
+        return f"; did you mean {lead}{found[0]}?"
+    return " (a setting's variable is MIRROR_ and its key path joined with __, e.g. MIRROR_TRANSFER__READ_TIMEOUT)"
+
+
+def _json_depth(text: str) -> int:
+    """How deep brackets nest in `text`, outside JSON strings: checked before json.loads, which would recurse."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def variable_for(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> str | None:
+    """The MIRROR_* variable that set the value at `loc`, if one did (the longest matching prefix)."""
+    names = {name.upper(): name for name in environ if name.upper().startswith(ENV_PREFIX)}
+    for length in range(len(loc), 0, -1):
+        wanted = ENV_PREFIX + "__".join(str(part) for part in loc[:length]).upper()
+        if wanted in names:
+            return names[wanted]
+    return None
+
+
+def blame_variable(message: str, environ: Mapping[str, str]) -> str | None:
+    match = re.search(r'error parsing value for field "(\w+)" from source "EnvSettingsSource"', message)
+    variable = variable_for((match[1],), environ) if match else None
+    return f"{variable}: not valid JSON for {match[1]}" if match and variable else None
+
+
+def format_validation_error(exc: ValidationError, environ: Mapping[str, str] | None = None) -> str:
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False):
+        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        variable = variable_for(tuple(error["loc"]), environ) if environ is not None else None
+        where = f"{key} (set by the environment variable {variable})" if variable else key
+        lines.append("  " + clip(f"{where}: {error['msg']}", MAX_LINE))
+    return "\n".join(lines)

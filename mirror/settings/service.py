@@ -1,0 +1,113 @@
+"""`mirror serve` and what reaches it or leaves it: the job API, the CI webhooks, and the on-call channel's
+messages."""
+
+# No `from __future__ import annotations` in a module of models: pydantic would compile each field's annotation
+# from its string at import, a tenth of the config's import time.
+import re
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from mirror.settings.fields import EnvName, PlainName, Section
+from mirror.settings.inputs import MIN_SECRET_BYTES, inline_or_file, secret_bytes, secret_from, strong_secrets
+
+NotifyEvent = Literal["mirrored", "failed", "drift"]
+NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("mirrored", "failed", "drift")
+
+
+class NotifyChannelSettings(Section):
+    """One place the people on call hear from. The webhook URL holds the robot's token, so it is a secret too:
+    it comes from an environment variable or a file, as does the signing secret (DingTalk, Feishu/Lark, and the
+    generic webhook's HMAC-SHA256 key)."""
+
+    name: PlainName
+    kind: Literal["dingtalk", "feishu", "wecom", "slack", "webhook"]
+    url_env: EnvName | None = None
+    url_file: Path | None = None
+    secret_env: EnvName | None = None
+    secret_file: Path | None = None
+    events: tuple[NotifyEvent, ...] = NOTIFY_EVENTS
+
+    @model_validator(mode="after")
+    def _readable(self) -> Self:
+        url = self.url()
+        if not re.match(r"^https?://[^\s/]+", url):
+            raise ValueError("url: expected an http(s) URL")
+        signed = self.kind in ("dingtalk", "feishu", "webhook")
+        if signed:
+            secret = self.secret()
+            if self.kind == "webhook" and len(secret.encode()) < MIN_SECRET_BYTES:
+                raise ValueError(f"secret: must be at least {MIN_SECRET_BYTES} bytes")
+        elif self.secret_env or self.secret_file:
+            raise ValueError(f"secret: {self.kind} robots are not signed; give none")
+        return self
+
+    def url(self) -> str:
+        return secret_from("url", self.url_env, self.url_file)
+
+    def secret(self) -> str:
+        return secret_from("secret", self.secret_env, self.secret_file)
+
+
+class NotifySettings(Section):
+    """Messages to the on-call channel: a release newly mirrored to a target, a failure, drift. Never for a run
+    that changed nothing; never failing or holding up the run they report."""
+
+    channels: list[NotifyChannelSettings] = []
+    timeout: float = Field(default=10.0, gt=0, le=120)  # one post
+    attempts: int = Field(default=3, ge=1, le=10)  # a post that fails to connect or gets a 5xx/429 is sent again
+    deadline: float = Field(default=30.0, gt=0, le=600)  # every post of a run together
+    public_url: str | None = None  # where people reach `mirror serve`: messages link to the job's values
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("expected an http(s) URL")
+        return value.rstrip("/") if value else value
+
+    @field_validator("channels")
+    @classmethod
+    def _unique(cls, value: list[NotifyChannelSettings]) -> list[NotifyChannelSettings]:
+        names = [c.name for c in value]
+        if len(set(names)) != len(names):
+            raise ValueError("two channels with one name")
+        return value
+
+
+class WebhookSettings(Section):
+    secret: SecretStr | None = None  # HMAC-SHA256 key for X-Hub-Signature-256
+    secret_file: Path | None = None
+    dockerhub_token: SecretStr | None = None  # the <token> in POST /hooks/dockerhub/<token>
+    max_body: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+
+    _strong = strong_secrets("secret", "dockerhub_token")
+    _one_secret = inline_or_file("webhook secret", "secret")
+
+    def secret_value(self) -> bytes | None:
+        return secret_bytes(self.secret, self.secret_file)
+
+
+class ServiceSettings(Section):
+    """`mirror serve`: who may read the job API, and how jobs are leased among replicas."""
+
+    api_token: SecretStr | None = None  # bearer token for /jobs; without one the job API answers 401
+    api_token_file: Path | None = None
+    lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)  # a running job's lease, renewed at 1/3
+    poll_seconds: float = Field(default=1.0, gt=0, le=60.0)  # how often an idle replica looks for work
+    # a job whose lease ran out this many times (its replica died running it: out of memory on a huge layer,
+    # say) is not run again: it ends failed, naming the replica that last held it and when
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    # the HTTP server's doors: a request's headers and its body must arrive within these, an idle keep-alive
+    # connection is closed after keepalive_seconds, and connections past max_connections are answered 503
+    header_seconds: float = Field(default=10.0, gt=0, le=300.0)
+    body_seconds: float = Field(default=30.0, gt=0, le=600.0)
+    keepalive_seconds: float = Field(default=5.0, gt=0, le=300.0)
+    max_connections: int = Field(default=100, ge=1, le=10000)
+
+    _strong = strong_secrets("api_token")
+    _one_token = inline_or_file("service api token", "api_token")
+
+    def api_token_value(self) -> bytes | None:
+        return secret_bytes(self.api_token, self.api_token_file)
