@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,20 +127,22 @@ def test_a_signed_image_arrives_with_everything_that_refers_to_it(
     assert [(e.method, e.path) for e in requests_since(source, mark) if e.method != "HEAD"] == []
     assert not writes(requests_since(target, target_mark))
 
-    # with an empty state_dir (a CronJob on an emptyDir), the source is asked for the listing once, and the
-    # fallback index (a counted pull at Docker Hub) is read by its digest from the target's copy of it
+    # with an empty state_dir (a CronJob on an emptyDir), the source's lack of the referrers API is learnt again
+    # from a listing, and the fallback index (a counted pull at Docker Hub) is read by its digest from the
+    # target's copy of it. The first 404 answers for the registry: an image asks for its own listing only if
+    # its question left before that answer came, so which images ask depends on the order the answers came in
     mark, target_mark = len(source.access_log()), len(target.access_log())
     fresh = write_config(tmp_path / "mirror.yaml", source, [target], state_dir=str(tmp_path / "fresh"))
     code, report, err = sync_json(fresh, capsys, VERSION)
     assert code == 0, err
     others = [(e.method, e.path) for e in requests_since(source, mark) if e.method != "HEAD"]
-    hami_listings = [p for _, p in others if p.startswith("/v2/projecthami/hami/")]
-    assert hami_listings == [f"/v2/projecthami/hami/referrers/{signed.subject}"]
+    listings = [path for _, path in others if re.fullmatch(r"/v2/[a-z/-]+/referrers/sha256:[0-9a-f]{64}", path)]
+    assert others == [("GET", path) for path in listings]  # listings only: no manifest GET
+    assert listings and len(set(listings)) == len(listings)
     index_digest = manifest_digest(source, "projecthami/hami", index_tag)
     assert f"/v2/mirrored/hami/manifests/{index_digest}" in [
         e.path for e in requests_since(target, target_mark) if e.method == "GET"
     ]
-    assert all(method == "GET" for method, _ in others)
     assert not writes(requests_since(target, target_mark))
 
 
