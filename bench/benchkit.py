@@ -193,7 +193,7 @@ SKOPEO_PLAIN = ("--src-tls-verify=false", "--dest-tls-verify=false")
 
 def run_skopeo(source: HasHost, targets: list[Any], images: ImageSet, tls: tuple[str, ...] = SKOPEO_PLAIN) -> Measured:
     """One `skopeo copy --all` per image per target, one after the other: today's procedure."""
-    seconds, peak = 0.0, 0.0
+    seconds, peak, cpu = 0.0, 0.0, 0.0
     for target in targets:
         for name in images.names:
             result = run_measured(
@@ -211,8 +211,9 @@ def run_skopeo(source: HasHost, targets: list[Any], images: ImageSet, tls: tuple
             if result.returncode != 0:
                 raise ToolFailed(f"skopeo failed:\n{result.stderr[-2000:]}")
             seconds += result.seconds
+            cpu += result.cpu_seconds
             peak = max(peak, result.peak_rss_mb)
-    return Measured(0, seconds, peak, "")
+    return Measured(0, seconds, peak, "", cpu)
 
 
 def run_tool(tool: str, config: Path, source: HasHost, targets: list[Any], images: ImageSet) -> Measured:

@@ -204,6 +204,8 @@ class NoopAt:
     times: dict[str, Series]  # mirror, skopeo and "httpx" (mirror's requests replayed by httpx alone)
     kinds: dict[str, dict[str, int]]  # each tool's requests at the source (last round)
     replayed: int  # how many requests the floor sent
+    cpu: dict[str, Series]  # each tool's own CPU seconds per run
+    registry_cpu: dict[str, Series]  # the CPU seconds the source and the tool's target took during its run
 
 
 REPLAY_CONCURRENCY = 8  # per host: mirror's default manifest_concurrency
@@ -218,12 +220,18 @@ def noop_at(bench: Bench, work: Path, source: LocalRegistry, image_set: ImageSet
     for tool in ("mirror", "skopeo"):
         run_tool(tool, configs[tool], source, [targets[tool]], image_set)
     times = {"mirror": Series(), "skopeo": Series(), "httpx": Series()}
+    cpu = {"mirror": Series(), "skopeo": Series()}
+    registry_cpu = {"mirror": Series(), "skopeo": Series()}
     kinds: dict[str, dict[str, int]] = {}
     sent: list[tuple[str, str, int]] = []
     for round_number in range(rounds):
         for tool in alternating(round_number):
             marks = [Marks(source), Marks(targets[tool])]
-            times[tool].add(run_tool(tool, configs[tool], source, [targets[tool]], image_set).seconds)
+            servers_before = source.cpu_seconds() + targets[tool].cpu_seconds()
+            run = run_tool(tool, configs[tool], source, [targets[tool]], image_set)
+            registry_cpu[tool].add(source.cpu_seconds() + targets[tool].cpu_seconds() - servers_before)
+            times[tool].add(run.seconds)
+            cpu[tool].add(run.cpu_seconds)
             kinds[tool] = marks[0].kinds()
             if tool == "mirror":
                 sent = [(e.method, f"{m.registries[0].url}{e.path}", e.status) for m in marks for e in m.entries()]
@@ -237,10 +245,11 @@ def noop_at(bench: Bench, work: Path, source: LocalRegistry, image_set: ImageSet
     bench.drop(*targets.values())
     print(
         f"no-op at {len(image_set.names)} images: mirror {times['mirror']} s, skopeo {times['skopeo']} s, "
-        f"its {len(sent)} requests replayed by httpx alone {times['httpx']} s",
+        f"its {len(sent)} requests replayed by httpx alone {times['httpx']} s; CPU s (tool / registries): "
+        f"mirror {cpu['mirror']} / {registry_cpu['mirror']}, skopeo {cpu['skopeo']} / {registry_cpu['skopeo']}",
         flush=True,
     )
-    return NoopAt(times, kinds, len(sent))
+    return NoopAt(times, kinds, len(sent), cpu, registry_cpu)
 
 
 def rss_by_blob_size(bench: Bench, work: Path, small_mib: int, big_mib: int) -> tuple[list[str], Goal]:

@@ -15,6 +15,7 @@ from urllib.parse import unquote
 import httpx
 import yaml
 
+from mirror.demo.procstat import cpu_seconds
 from mirror.settings import MirrorSettings
 
 _ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) (?P<size>\d+)?')
@@ -92,6 +93,10 @@ class LocalRegistry:
 
     def access_log(self) -> list[AccessEntry]:
         return read_access_log(self.log_path)
+
+    def cpu_seconds(self) -> float:
+        """The CPU the registry has taken since it started: the server's side of the requests it answered."""
+        return cpu_seconds(self.process.pid)
 
     def blob_path(self, digest: str) -> Path:
         hexpart = digest.removeprefix("sha256:")

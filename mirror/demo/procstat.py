@@ -1,5 +1,5 @@
-"""Run a command and measure it: wall time and peak resident memory (VmHWM, read from /proc while it
-runs: a forked child's own rusage would also count the pages it shared with its parent before exec)."""
+"""Run a command and measure it: wall time, CPU time, and peak resident memory (VmHWM, read from /proc while
+it runs: a forked child's own rusage would also count the pages it shared with its parent before exec)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ class Measured:
     seconds: float
     peak_rss_mb: float
     stderr: str
+    cpu_seconds: float = 0.0  # user and system time of the command and of the children it waited for
 
 
 def run_measured(command: list[str], poll: float = 0.01, timeout: float | None = None) -> Measured:
@@ -32,7 +33,7 @@ def run_measured(command: list[str], poll: float = 0.01, timeout: float | None =
         )
         deadline = None if timeout is None else started + timeout
         try:
-            peak_kb = _watch(process, Path(f"/proc/{process.pid}/status"), poll, deadline)
+            peak_kb, cpu_seconds = _watch(process, Path(f"/proc/{process.pid}/status"), poll, deadline)
         except subprocess.TimeoutExpired as expired:
             errors.seek(0)
             expired.stderr = errors.read()
@@ -40,13 +41,18 @@ def run_measured(command: list[str], poll: float = 0.01, timeout: float | None =
         seconds = time.monotonic() - started
         errors.seek(0)
         stderr = errors.read().decode("utf-8", errors="replace")
-    return Measured(process.returncode, seconds, peak_kb / 1024, stderr)
+    return Measured(process.returncode, seconds, peak_kb / 1024, stderr, cpu_seconds)
 
 
-def _watch(process: subprocess.Popen[bytes], status: Path, poll: float, deadline: float | None) -> int:
-    """The highest VmHWM (kB) seen while the process runs; past `deadline`, its process group is killed."""
+def _watch(process: subprocess.Popen[bytes], status: Path, poll: float, deadline: float | None) -> tuple[int, float]:
+    """The highest VmHWM (kB) seen while the process runs, and the CPU seconds it took (the process is reaped
+    here, with `wait4`, for its rusage); past `deadline`, its process group is killed."""
     peak_kb = 0
-    while process.poll() is None:
+    while True:
+        pid, wait_status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            process.returncode = os.waitstatus_to_exitcode(wait_status)
+            return peak_kb, usage.ru_utime + usage.ru_stime
         try:
             for line in status.read_text().splitlines():
                 if line.startswith("VmHWM:"):
@@ -59,4 +65,10 @@ def _watch(process: subprocess.Popen[bytes], status: Path, poll: float, deadline
             process.wait()
             raise subprocess.TimeoutExpired(process.args, deadline)
         time.sleep(poll)
-    return peak_kb
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a running process has taken so far (/proc/<pid>/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces and parentheses
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
