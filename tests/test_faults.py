@@ -3,6 +3,7 @@ Docker Hub's pull budget, and chunked uploads that resume. Faults are injected b
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -14,6 +15,10 @@ import pytest
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import MiB, push_single
+from mirror.oci import Manifest
+from mirror.registry import RegistryClient
+from mirror.registry.options import ClientOptions
+from mirror.registry.retry import RetryPolicy
 from tests.faultproxy import Fault, FaultProxy, fault_proxy
 from tests.support import beyond_heads, blob_exists, manifest_digest, requests_since, with_client, write_config
 from tests.test_sync import VERSION, seed_release
@@ -321,3 +326,29 @@ def test_a_resume_rereads_a_source_that_ignores_range(
             assert blob_exists(target, "mirrored/layer", digest)
         finally:
             source.stop()
+
+
+def test_bodies_cut_short_give_their_connection_slots_back(source: LocalRegistry, source_proxy: FaultProxy) -> None:
+    """Small bodies are read where retries are decided: a read that fails must close the answer, or the slot it
+    holds among the host's connections is gone for the rest of the run. Two connections, two answers cut
+    mid-body: the third try needs a slot the first two held."""
+    sample = with_client(source, lambda client: push_single(client, "team/cut", "v1", layer_sizes=(1024,)))
+    source_proxy.add(Fault("reset_response", method="GET", path=MANIFEST, after_bytes=10, count=2))
+    options = ClientOptions(
+        plain_http=True,
+        anonymous=True,
+        max_connections=2,
+        deadline=60,  # the slots leaked: the third try waits for one until this passes
+        retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.01),
+    )
+
+    async def fetch() -> Manifest:
+        client = RegistryClient.open(source_proxy.host, options)
+        try:
+            return await client.get_manifest("team/cut", "v1")
+        finally:
+            await client.aclose()
+
+    manifest = asyncio.run(fetch())
+    assert manifest.digest == sample.digest
+    assert faults_applied(source_proxy, "reset_response") == 2

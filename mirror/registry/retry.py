@@ -67,6 +67,16 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
 BUFFERED_BODY_LIMIT = 4 * 1024 * 1024
 
 
+async def _read_or_close(response: httpx.Response) -> None:
+    """The body read; or, where the read fails or is cancelled, the answer closed: httpx closes an answer only
+    once its body is read to the end, and an open one keeps its place among the host's connections."""
+    try:
+        await response.aread()
+    except BaseException:
+        await response.aclose()
+        raise
+
+
 def _small(request: httpx.Request, response: httpx.Response) -> bool:
     declared = response.headers.get("Content-Length", "")
     return request.method == "GET" and declared.isdigit() and int(declared) <= BUFFERED_BODY_LIMIT
@@ -108,7 +118,7 @@ class RetryTransport(httpx.AsyncBaseTransport):
                 if _small(request, response):
                     # Read small bodies (manifests, tag lists, token answers) here, so that a connection
                     # dropped mid-body is retried like one dropped before the headers.
-                    await response.aread()
+                    await _read_or_close(response)
             except RETRY_EXCEPTIONS as exc:
                 delay = self.policy.backoff(attempt)
                 if not self.policy.allows(attempt, started, delay):
