@@ -33,7 +33,8 @@ class Fault:
     # then reset both sides (the registry sees a partial write); drop_request: read `after_bytes` from the
     # client and reset it, the registry never hears of the request; reset_response: send `after_bytes` of
     # the answer's body, then reset; stall: wait `seconds` first (with `until`: until it holds, `seconds` at the
-    # most, counted in `released`); corrupt: flip the byte at `after_bytes`; headers: add `headers` to the answer.
+    # most, counted in `released`); corrupt: flip the byte at `after_bytes`; headers: add `headers` to the answer
+    # and take out the headers named in `strip`.
     kind: str
     method: str | None = None
     path: str = ""  # a regular expression searched in the request path
@@ -45,6 +46,7 @@ class Fault:
     after_bytes: int = 0
     seconds: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    strip: tuple[str, ...] = ()  # with headers: header names (lower case) taken out of the answer
     until: Callable[[], bool] | None = None
     released: int = 0  # stalls that `until` ended before `seconds` passed
     seen: int = 0
@@ -191,8 +193,9 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
 
         def _answer(self, method: str, response: http.client.HTTPResponse, body: bytes, fault: Fault | None) -> None:
             self.send_response_only(response.status, response.reason)
+            stripped = set(fault.strip) if fault and fault.kind == "headers" else set()
             for key, value in response.getheaders():
-                if key.lower() not in HOP_BY_HOP and key.lower() != "content-length":
+                if key.lower() not in HOP_BY_HOP | stripped and key.lower() != "content-length":
                     self.send_header(key, value)
             for key, value in (fault.headers if fault and fault.kind == "headers" else {}).items():
                 self.send_header(key, value)

@@ -16,8 +16,10 @@ from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import MiB, push_single
 from mirror.oci import Manifest
-from mirror.registry import RegistryClient
-from mirror.registry.options import ClientOptions
+from mirror.registry import RegistryClient, RegistryError
+from mirror.registry.budget import BudgetExhausted, PullBudget
+from mirror.registry.options import ClientOptions, PullBudgetOptions
+from mirror.registry.ratelimit import RateLimit
 from mirror.registry.retry import RetryPolicy
 from tests.faultproxy import Fault, FaultProxy, fault_proxy
 from tests.support import beyond_heads, blob_exists, manifest_digest, requests_since, with_client, write_config
@@ -308,6 +310,80 @@ def test_the_fast_path_works_with_an_empty_budget(
     mark = len(source_proxy.log)
     assert sync(tmp_path, source_proxy, target, pull_budget={"floor": 0, "poll_interval": 0.1, "max_wait": 0.5}) == 0
     assert beyond_heads(source_proxy.log[mark:]) == []
+
+
+def budget_client(host: str, floor: int) -> RegistryClient:
+    retry = RetryPolicy(attempts=1)  # a 429 reaches the budget at once
+    budget = PullBudgetOptions(floor=floor, max_wait=60, poll_interval=0.1)
+    return RegistryClient.open(host, ClientOptions(plain_http=True, anonymous=True, retry=retry, pull_budget=budget))
+
+
+def test_a_429_from_a_registry_that_announces_no_budget_holds_no_later_pull(
+    source: LocalRegistry, source_proxy: FaultProxy
+) -> None:
+    """Only Docker Hub announces a pull budget: elsewhere a 429 is an error like any other, and must not leave
+    a spent budget that no answer will ever refill (every later manifest GET waited max_wait, then failed)."""
+    sample = with_client(source, lambda client: push_single(client, "team/busy", "v1", layer_sizes=(1024,)))
+    source_proxy.add(Fault("status", method="GET", path=MANIFEST, status=429, code="TOOMANYREQUESTS", count=1))
+
+    async def twice() -> tuple[RegistryError, Manifest]:
+        client = budget_client(source_proxy.host, floor=0)
+        try:
+            with pytest.raises(RegistryError) as refused:
+                await client.get_manifest("team/busy", "v1")
+            return refused.value, await asyncio.wait_for(client.get_manifest("team/busy", "v1"), 30)
+        finally:
+            await client.aclose()
+
+    refused, manifest = asyncio.run(twice())
+    assert refused.status == 429
+    assert manifest.digest == sample.digest
+    assert [e.method for e in source_proxy.log if MANIFEST in e.path] == ["GET", "GET"]  # no polling between
+
+
+def test_the_budget_is_reread_with_heads_even_where_they_name_no_digest(
+    source: LocalRegistry, source_proxy: FaultProxy
+) -> None:
+    """A HEAD without Docker-Content-Digest sends head_manifest to a GET; reading the budget that way waited on
+    the budget's own lock, for ever."""
+    sample = with_client(source, lambda client: push_single(client, "team/nodigest", "v1", layer_sizes=(1024,)))
+    spent = {"ratelimit-remaining": "0;w=21600", "ratelimit-limit": "100;w=21600"}
+    source_proxy.add(
+        Fault("headers", method="GET", path=MANIFEST, headers=spent, count=1),
+        Fault("headers", method="HEAD", path=MANIFEST, headers=spent, strip=("docker-content-digest",), count=2),
+        budget(60, count=1000),
+    )
+
+    async def twice() -> Manifest:
+        client = budget_client(source_proxy.host, floor=1)
+        try:
+            await client.get_manifest("team/nodigest", "v1")  # announces a spent budget
+            return await asyncio.wait_for(client.get_manifest("team/nodigest", "v1"), 30)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(twice()).digest == sample.digest
+    manifest_requests = [e.method for e in source_proxy.log if MANIFEST in e.path]
+    assert manifest_requests == ["GET", "HEAD", "HEAD", "HEAD", "GET"]
+
+
+def test_pulls_waiting_on_a_spent_budget_share_one_wait() -> None:
+    """Waiters queue behind the one polling; each counted its own max_wait from when it got the lock, so N of
+    them failed after N times max_wait."""
+    pull_budget = PullBudget(floor=0, max_wait=3.0, poll_interval=0.5)
+    pull_budget.note(RateLimit(0, 100, 21600))
+
+    async def nothing() -> None:
+        return None
+
+    async def four() -> list[BaseException | None]:
+        waits = [pull_budget.wait_for_pull("team/spent:v1", nothing) for _ in range(4)]
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    started = time.monotonic()
+    outcomes = asyncio.run(four())
+    assert all(isinstance(outcome, BudgetExhausted) for outcome in outcomes)
+    assert time.monotonic() - started < 7.5  # one max_wait (3 s), where one after the other took 12 s
 
 
 def test_a_resume_rereads_a_source_that_ignores_range(

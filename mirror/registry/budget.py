@@ -33,7 +33,7 @@ class PullBudget:
         self.known = budget
 
     def spent(self) -> None:
-        """A 429 TOOMANYREQUESTS: whatever was announced, nothing is left."""
+        """A 429 TOOMANYREQUESTS from a registry that announces a budget: whatever it said, nothing is left."""
         known = self.known
         self.known = RateLimit(0, known.limit if known else None, known.window_seconds if known else None)
 
@@ -44,8 +44,8 @@ class PullBudget:
         """Return when a pull is allowed; raise BudgetExhausted after `max_wait` seconds of waiting."""
         if self.allows_pull():
             return
+        started = time.monotonic()  # before the lock: a waiter queued behind the one polling shares its wait
         async with self._lock:  # one waiter polls; the others find the budget refreshed
-            started = time.monotonic()
             while not self.allows_pull():
                 waited = time.monotonic() - started
                 if waited + self.poll_interval > self.max_wait:

@@ -131,13 +131,23 @@ class RegistryClient(BlobUploads):
         where = self.where(repository, ref)
         started = time.monotonic()
         while True:
-            await self.budget.wait_for_pull(where, lambda: self.head_manifest(repository, ref))
+            await self.budget.wait_for_pull(where, lambda: self._read_budget(repository, ref))
             try:
                 return await self._get_manifest(repository, ref, where)
             except RegistryError as exc:
-                if exc.status != 429 or time.monotonic() - started >= self.budget.max_wait:
+                # a 429 spends the budget of a registry that announces one (Docker Hub); from any other it is an
+                # error like the rest, already retried, and a budget that no answer refills would stop every GET
+                announced = self.budget.known is not None
+                if exc.status != 429 or not announced or time.monotonic() - started >= self.budget.max_wait:
                     raise
                 self.budget.spent()
+
+    async def _read_budget(self, repository: str, ref: str) -> None:
+        """The budget a manifest HEAD announces (not a pull). Unlike head_manifest, never a GET in its place:
+        that GET would wait on the budget being read."""
+        where = self.where(repository, ref)
+        response = await self._head("resolve", where, f"/v2/{repository}/manifests/{ref}", {"Accept": MANIFEST_ACCEPT})
+        self._note_rate_limit(response)
 
     async def _get_manifest(self, repository: str, ref: str, where: str) -> Manifest:
         url = f"/v2/{repository}/manifests/{ref}"
