@@ -26,6 +26,7 @@ from mirror.engine.verify import verify_copy
 from mirror.oci import DOCKER_CONFIG, OCI_MANIFEST, Manifest
 from mirror.registry import RegistryClient
 from mirror.registry.options import ClientOptions
+from tests.faultproxy import Fault, fault_proxy
 from tests.support import CdnServer, HeldCdn, cdn_server, held_source, manifest_digest, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
@@ -142,6 +143,36 @@ def test_sigterm_abandons_uploads_after_the_grace_period(tmp_path: Path) -> None
         assert "upload abandoned at shutdown" in err and "Traceback" not in err
         for repository, tag in IMAGES:
             assert manifest_digest(target, repository, tag) is None
+
+
+@pytest.mark.parametrize(
+    ("stalled", "synced_before"),
+    [(r"/manifests/sha256:", False), (r"/manifests/sha256-", True)],
+    ids=["a cold copy's trees", "a re-run's referrers"],
+)
+def test_sigterm_while_a_shared_look_up_is_under_way_exits_143_without_a_traceback(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, stalled: str, synced_before: bool
+) -> None:
+    """Abandoning a run cancels the look-ups its images share (a manifest tree, what refers to an image): each
+    image waiting on one stops as interrupted, as one waiting on an upload does, not with a CancelledError. On
+    a re-run of what is already there, what refers to each image is all that is left to wait for."""
+    seed_release(source)
+    with fault_proxy(source.port) as proxy:
+        config = write_config(tmp_path / "mirror.yaml", proxy, [target], shutdown_grace=0.3)
+        if synced_before:
+            assert subprocess.run(mirror_command(config), capture_output=True).returncode == 0
+        stall = Fault("stall", path=stalled, seconds=60, count=1000)
+        proxy.add(stall)
+        process = spawn(config)
+        wait_for(lambda: stall.applied > 0)
+        process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, err = process.communicate(timeout=50)
+    assert process.returncode == 143 and time.monotonic() - started < 40, err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err and "CancelledError" not in err
+    assert "abandoned at shutdown" in err
+    for repository, tag in IMAGES:
+        assert (manifest_digest(target, repository, tag) is not None) == synced_before
 
 
 def test_target_registry_killed_mid_copy_then_a_rerun_completes(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from mirror.errors import Kind, MirrorError
 
@@ -36,7 +37,7 @@ class Shutdown:
         if self.stopping:
             return
         self.stopping = True
-        log.warning("%s: finishing in-flight uploads for up to %.0f s, starting nothing new", reason, grace)
+        log.warning("%s: finishing in-flight uploads for up to %g s, starting nothing new", reason, grace)
         asyncio.get_running_loop().call_later(grace, self.abandon)
 
     def abandon(self) -> None:
@@ -46,3 +47,16 @@ class Shutdown:
         log.warning("grace period over: abandoning in-flight uploads")
         for callback in self._on_abandon:
             callback()
+
+    @contextmanager
+    def abandoned_as_interrupted(self, what: str) -> Iterator[None]:
+        """Abandoning the run cancels the look-ups its images share (trees, referrers, a target's HEADs); each
+        image waiting on one gets a CancelledError that was not meant for its own task. Raised here as
+        Interrupted, it fails that image like any error, where it would have ended the run with a traceback."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.abandoned and task is not None and task.cancelling() == 0:
+                raise Interrupted(f"{what}: abandoned at shutdown") from None
+            raise

@@ -209,13 +209,14 @@ class Syncer:
         from mirror.engine.signatures import check_image
 
         try:
-            copies = await self._held_copies(job, digest, current)
-            source = self.clients[job.source.registry]
+            with self.shutdown.abandoned_as_interrupted(job.source_ref):
+                copies = await self._held_copies(job, digest, current)
+                source = self.clients[job.source.registry]
 
-            def found() -> asyncio.Future[Found]:  # started only if the source is read
-                return asyncio.shield(self.cache.referrers_of(job, digest))
+                def found() -> asyncio.Future[Found]:  # started only if the source is read
+                    return asyncio.shield(self.cache.referrers_of(job, digest))
 
-            check = await check_image(self._signature_gate(), rule, digest, source, job.source.name, found, copies)
+                check = await check_image(self._signature_gate(), rule, digest, source, job.source.name, found, copies)
         except MirrorError as exc:
             return Signed(error=f"{job.source_ref}: signature not checked: {exc}")
         if check.refused:

@@ -33,6 +33,7 @@ from mirror.engine.outcomes import (
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import signable, source_digest_of
 from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referrers
+from mirror.engine.shutdown import Interrupted
 from mirror.engine.statecache import ManifestCache
 from mirror.engine.tree import manifest_by_digest
 from mirror.engine.verify import Known, Verification, verify_copy
@@ -75,8 +76,19 @@ class TargetStages:
     async def run(
         self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: asyncio.Task[Descriptor | None]
     ) -> TargetResult:
-        """Every stage for one target. Whether a node can pull the tag anonymously is asked alongside the
-        decision, or known from it without a request (`_pull_check`), and asked again after a copy."""
+        """Every stage for one target."""
+        reference = f"{ref.repository}:{job.tag}"
+        try:
+            with self.cache.shutdown.abandoned_as_interrupted(reference):
+                return await self._stages(job, ref, resolved, current)
+        except Interrupted as exc:
+            return self._failed(job, ref, reference, exc)
+
+    async def _stages(
+        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: asyncio.Task[Descriptor | None]
+    ) -> TargetResult:
+        """Whether a node can pull the tag anonymously is asked alongside the decision, or known from it without
+        a request (`_pull_check`), and asked again after a copy."""
         try:
             tag = await current
         except MirrorError as exc:
