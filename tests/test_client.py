@@ -4,8 +4,14 @@ loopback for answers over every limit."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import gzip
+import hashlib
 import http.server
+import json
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -260,6 +266,102 @@ async def test_an_error_body_that_goes_on_is_cut_and_its_first_line_kept(over_li
     with pytest.raises(RegistryError) as error:
         await at(over_limit, lambda c: c.get_manifest("ns/r", "error"))
     assert (error.value.status, error.value.code, error.value.message) == (400, "", "the first line of a long story")
+
+
+BOMB_BYTES = 256 * 1024 * 1024  # what the gzip answers below stand for: about 250 KB on the wire
+
+
+def gzip_bomb() -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    zeros = bytes(1024 * 1024)
+    return b"".join(packer.compress(zeros) for _ in range(BOMB_BYTES // len(zeros))) + packer.flush()
+
+
+SMALL_MANIFEST = json.dumps(
+    {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "1" * 64, "size": 2},
+        "layers": [],
+    }
+).encode()
+CODED: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "deflate": zlib.compress,
+    "deflate-raw": lambda data: zlib.compress(data, wbits=-zlib.MAX_WBITS),
+}
+
+
+class Bombs(http.server.BaseHTTPRequestHandler):
+    """A registry and its token realm answering in gzip, never asked for: a refusal (401, the bearer
+    challenge), a token and a manifest that each decode to 256 MB."""
+
+    protocol_version = "HTTP/1.1"
+    bomb = b""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        host = self.headers["Host"]
+        coding = self.path.rsplit("/", 1)[-1]
+        if coding in CODED:  # a manifest as small as they are, in gzip or in deflate (a zlib stream or raw)
+            body = CODED[coding](SMALL_MANIFEST)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            self.send_header("Content-Encoding", coding.split("-")[0])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if self.path.startswith("/v2/guarded/"):
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", f'Bearer realm="http://{host}/token",service="bombs"')
+        else:  # /token, or a manifest
+            self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(self.bomb)))
+        self.end_headers()
+        with contextlib.suppress(OSError):  # the client stopped reading
+            self.wfile.write(self.bomb)
+
+
+@pytest.fixture(scope="module")
+def bombs() -> Iterator[str]:
+    Bombs.bomb = gzip_bomb()
+    with http_server(Bombs) as server:
+        yield f"127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize(
+    ("read", "said"),
+    [
+        ("ns/r", f"answer over {MAX_MANIFEST_BYTES} bytes"),  # read and dropped: the plain path
+        ("guarded/r", "token server 127.0.0.1: over 1048576 bytes"),  # kept for httpx: the auth flow's path
+    ],
+    ids=["a manifest", "a refusal, then a token"],
+)
+async def test_a_coded_body_is_measured_as_it_decodes_not_once_decoded(bombs: str, read: str, said: str) -> None:
+    """httpx decodes what a server sends in gzip whether or not it was asked for, and reads a whole body before
+    a limit can be checked: about 250 KB on the wire stood for 256 MB in memory. Each refusal names its limit,
+    and the memory the run allocated stays far under what the bodies stand for."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(RegistryError) as error:
+            await at(bombs, lambda c: c.get_manifest(read, "v1"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert said in str(error.value)
+    assert peak < 32 * 1024 * 1024, f"{peak / 1e6:.0f} MB allocated"
+
+
+@pytest.mark.parametrize("coding", sorted(CODED))
+async def test_a_coded_manifest_decodes_to_the_bytes_its_digest_names(bombs: str, coding: str) -> None:
+    digest = "sha256:" + hashlib.sha256(SMALL_MANIFEST).hexdigest()
+    manifest = await at(bombs, lambda c: c.get_manifest("ns/r", coding))
+    assert (manifest.raw, manifest.digest) == (SMALL_MANIFEST, digest)
 
 
 async def test_read_limited_truncates_or_refuses_what_is_already_in_memory() -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator
 
 import httpx
@@ -33,14 +34,16 @@ async def read_limited(response: httpx.Response, limit: int, *, truncate: bool =
     """The body, at most `limit` bytes as decoded (an answer already in memory is measured, not read again).
     Over the limit, declared or as it arrives: BodyTooLarge; with `truncate`, the first `limit` bytes (an
     error body, which is only shown). With `keep`, the body stays readable in the response: httpx reads an
-    auth flow's answers again once the flow moves on, so it is read by httpx itself, from a stream refused (or,
-    with `truncate`, cut) at `limit` bytes on the wire."""
+    auth flow's answers again once the flow moves on, so it is read by httpx itself. Either way it is decoded
+    here, as it arrives, never past the limit: httpx would decode a whole coded body before it could be
+    measured, and a few hundred KB of gzip can stand for gigabytes."""
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > limit and not truncate:
         raise BodyTooLarge(limit, int(declared))
-    if keep and not response.is_stream_consumed and isinstance(response.stream, httpx.AsyncByteStream):
-        response.stream = _WireLimit(response.stream, limit, truncate)
-        await response.aread()
+    if not response.is_stream_consumed and isinstance(response.stream, httpx.AsyncByteStream):
+        response.stream = _WireLimit(response.stream, limit, truncate, _decoder_for(response, truncate))
+        if keep:
+            await response.aread()
     body = bytearray()
     async for chunk in response.aiter_bytes():
         body += chunk
@@ -51,25 +54,90 @@ async def read_limited(response: httpx.Response, limit: int, *, truncate: bool =
     return bytes(body)
 
 
-class _WireLimit(httpx.AsyncByteStream):
-    """A response stream refused past `limit` bytes as they arrive; with `truncate`, ended there instead (the
-    rest is never read: closing the stream early closes its connection)."""
+def _decoder_for(response: httpx.Response, truncate: bool) -> _Decompressor | _Dropped | None:
+    """The decoder for the body's coding, which is taken out of the headers (httpx then leaves the bytes as they
+    are). A coding mirror cannot bound (anything but gzip or deflate, never asked for) refuses the body, or, for
+    an error body that is only shown, drops it."""
+    encoding = response.headers.pop("Content-Encoding", "identity").strip().lower()
+    if encoding in ("identity", ""):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return _Decompressor(encoding)
+    if truncate:
+        return _Dropped()
+    raise httpx.DecodingError(f"a body coded as {encoding!r}, which was not asked for", request=response.request)
 
-    def __init__(self, inner: httpx.AsyncByteStream, limit: int, truncate: bool = False) -> None:
+
+class _WireLimit(httpx.AsyncByteStream):
+    """A response stream decoded and refused past `limit` bytes as they arrive; with `truncate`, ended there
+    instead (the rest is never read: closing the stream early closes its connection)."""
+
+    def __init__(
+        self, inner: httpx.AsyncByteStream, limit: int, truncate: bool, decoder: _Decompressor | _Dropped | None
+    ) -> None:
         self.inner = inner
         self.limit = limit
         self.truncate = truncate
+        self.decoder = decoder
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
         async for chunk in self.inner:
-            if seen + len(chunk) > self.limit:
-                if not self.truncate:
-                    raise BodyTooLarge(self.limit)
-                yield chunk[: self.limit - seen]
-                return
-            seen += len(chunk)
-            yield chunk
+            for piece in self._decoded(chunk, self.limit - seen):
+                if seen + len(piece) > self.limit:
+                    if not self.truncate:
+                        raise BodyTooLarge(self.limit)
+                    yield piece[: self.limit - seen]
+                    return
+                seen += len(piece)
+                yield piece
+
+    def _decoded(self, chunk: bytes, room: int) -> list[bytes]:
+        if self.decoder is None:
+            return [chunk]
+        pieces: list[bytes] = []
+        try:
+            while chunk and room >= 0:
+                piece = self.decoder.decompress(chunk, room + 1)  # one byte over the room tells it is over
+                pieces.append(piece)
+                room -= len(piece)
+                chunk = self.decoder.unconsumed_tail
+        except zlib.error as exc:
+            raise httpx.DecodingError(f"the body does not decode: {exc}") from None
+        return pieces
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class _Decompressor:
+    """gzip or deflate (a zlib stream, or raw deflate as some servers send it), as httpx decodes them."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        wbits = zlib.MAX_WBITS | 16 if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self._inner = zlib.decompressobj(wbits)
+        self._first = True
+
+    @property
+    def unconsumed_tail(self) -> bytes:
+        return self._inner.unconsumed_tail
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        if self._first and self.encoding == "deflate":
+            self._first = False
+            try:
+                return self._inner.decompress(data, max_length)
+            except zlib.error:
+                self._inner = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._first = False
+        return self._inner.decompress(data, max_length)
+
+
+class _Dropped:
+    """An error body in a coding mirror does not read: it decodes to nothing."""
+
+    unconsumed_tail = b""
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        return b""

@@ -67,14 +67,18 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
 BUFFERED_BODY_LIMIT = 4 * 1024 * 1024
 
 
-async def _read_or_close(response: httpx.Response) -> None:
-    """The body read; or, where the read fails or is cancelled, the answer closed: httpx closes an answer only
-    once its body is read to the end, and an open one keeps its place among the host's connections."""
+async def _read_ahead(response: httpx.Response) -> None:
+    """The body's bytes read as they came and held in the response, still coded: whoever reads it decodes it
+    under its own limit (body.py), where httpx would decode a gzip answer whole. The stream is closed either
+    way: httpx closes an answer only once its body is read to the end, and an open one keeps its place among
+    the host's connections."""
+    stream = response.stream
+    assert isinstance(stream, httpx.AsyncByteStream)
     try:
-        await response.aread()
-    except BaseException:
-        await response.aclose()
-        raise
+        raw = b"".join([chunk async for chunk in stream])
+    finally:
+        await stream.aclose()
+    response.stream = httpx.ByteStream(raw)
 
 
 def _small(request: httpx.Request, response: httpx.Response) -> bool:
@@ -118,7 +122,7 @@ class RetryTransport(httpx.AsyncBaseTransport):
                 if _small(request, response):
                     # Read small bodies (manifests, tag lists, token answers) here, so that a connection
                     # dropped mid-body is retried like one dropped before the headers.
-                    await _read_or_close(response)
+                    await _read_ahead(response)
             except RETRY_EXCEPTIONS as exc:
                 delay = self.policy.backoff(attempt)
                 if not self.policy.allows(attempt, started, delay):
