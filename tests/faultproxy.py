@@ -32,7 +32,9 @@ class Fault:
     # status: answer with `status` instead of forwarding; reset_request: forward `after_bytes` of the body,
     # then reset both sides (the registry sees a partial write); drop_request: read `after_bytes` from the
     # client and reset it, the registry never hears of the request; reset_response: send `after_bytes` of
-    # the answer's body, then reset; stall: wait `seconds` first (with `until`: until it holds, `seconds` at the
+    # the answer's body, then reset; lose_answer: forward the request, then reset the client instead of
+    # answering (the registry did what was asked, the client cannot know);
+    # stall: wait `seconds` first (with `until`: until it holds, `seconds` at the
     # most, counted in `released`); corrupt: flip the byte at `after_bytes`; headers: add `headers` to the answer
     # and take out the headers named in `strip`.
     kind: str
@@ -183,6 +185,10 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
             finally:
                 upstream.close()
             proxy.record(method, path, response.status, fault)
+            if fault and fault.kind == "lose_answer":  # the registry did it; its answer never arrives
+                self.close_connection = True
+                _reset(self.connection)
+                return
             if fault and fault.kind == "corrupt" and body:
                 at = min(fault.after_bytes, len(body) - 1)
                 body = body[:at] + bytes([body[at] ^ 0xFF]) + body[at + 1 :]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,6 +218,23 @@ def test_chunked_upload_resumes_from_the_registrys_offset(
     assert target_proxy.received_bytes["PATCH"] == size + MiB
     assert target_proxy.request_bytes["PATCH"] == size
     assert len([e for e in target_proxy.log if e.method == "POST"]) == 2  # config blob + layer: one session each
+    assert blob_exists(target, "mirrored/layer", digest)
+
+
+@pytest.mark.parametrize("transfer", [CHUNKED, {}], ids=["chunked", "one PUT"])
+def test_an_upload_that_landed_though_its_answer_was_lost_is_not_sent_again(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy, transfer: dict[str, int]
+) -> None:
+    """The registry completed the upload and the answer to its last request was lost: the next attempt asks
+    the registry for the blob before it sends a byte, where it started a new session and sent the whole blob
+    again (the chunked upload's last PUT, retried, finds its session gone)."""
+    size = 6 * MiB
+    digest = large_image(source, size)
+    finishing = re.escape(digest.replace(":", "%3A"))
+    target_proxy.add(Fault("lose_answer", method="PUT", path=finishing, count=1))
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=transfer) == 0
+    assert faults_applied(target_proxy, "lose_answer") == 1
+    assert target_proxy.request_bytes["PATCH" if transfer else "PUT"] < size + MiB  # the layer went once
     assert blob_exists(target, "mirrored/layer", digest)
 
 

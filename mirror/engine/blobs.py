@@ -147,11 +147,19 @@ class _BlobTransfer:
         self.blobs.shutdown.check()
         async with self.blobs.transfer_limit, self.blobs.run_limit:
             self.blobs.shutdown.check()
+            if number > 1 and await self._landed():
+                self.chunked = None
+                return BlobOutcome.UPLOADED
             if self.chunked is not None:
                 await self.chunked.resume()
                 await self.chunked.send()
                 return BlobOutcome.UPLOADED
             return await self._in_new_session()
+
+    async def _landed(self) -> bool:
+        """Whether the last attempt's upload completed though its answer was lost, asked before a byte is sent
+        again (a chunked upload's last PUT, retried, finds its session gone and would start over)."""
+        return await self.client.head_blob(self.repository, self.upload.blob.digest) == self.upload.blob.size
 
     async def _in_new_session(self) -> BlobOutcome:
         blob, repository = self.upload.blob, self.repository
