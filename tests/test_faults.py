@@ -238,6 +238,24 @@ def test_an_upload_that_landed_though_its_answer_was_lost_is_not_sent_again(
     assert blob_exists(target, "mirrored/layer", digest)
 
 
+def test_cancelling_a_failed_upload_session_takes_at_most_its_own_timeout(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    """Letting the registry drop a failed upload's session is best effort: a DELETE that is never answered
+    was retried for the request's whole deadline (five tries of a 10 s read), holding the blob's transfer
+    slots; it now gives up after CANCEL_TIMEOUT (10 s) in all."""
+    digest = large_image(source, MiB)
+    unanswered = Fault("stall", method="DELETE", seconds=60, count=1000)
+    target_proxy.add(
+        Fault("status", method="PUT", path=re.escape(digest.replace(":", "%3A")), status=500, count=1), unanswered
+    )
+    started = time.monotonic()
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE) == 0
+    assert time.monotonic() - started < 35  # 10 s for the DELETE, where the retries took 50 s and more
+    assert unanswered.applied == 1  # asked once, not retried
+    assert blob_exists(target, "mirrored/layer", digest)
+
+
 def test_chunked_upload_starts_over_when_the_registry_drops_the_session(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
 ) -> None:

@@ -4,6 +4,7 @@ it holds, a session abandoned. `RegistryClient` is this and the read side."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable
 from dataclasses import dataclass
 
@@ -107,8 +108,9 @@ class BlobUploads(RegistryHost):
         """Abandon an upload session so the registry can drop what it holds (best effort: a registry may not
         allow it, and the session may be gone already). True when the registry confirmed."""
         try:
-            response = released(await self.http.request("DELETE", session.url, timeout=CANCEL_TIMEOUT))
-        except httpx.HTTPError:
+            async with asyncio.timeout(CANCEL_TIMEOUT):  # retries and waits for Retry-After included
+                response = released(await self.http.request("DELETE", session.url))
+        except (httpx.HTTPError, TimeoutError):
             return False
         return response.status_code in (200, 202, 204)
 
