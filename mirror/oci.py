@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirror.errors import Kind, MirrorError
+from mirror.reference import is_valid_digest
+from mirror.untrusted import clip
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -48,15 +50,19 @@ class Descriptor:
     def from_json(cls, data: dict[str, Any]) -> Descriptor:
         try:
             platform = data.get("platform")
-            return cls(
+            descriptor = cls(
                 media_type=str(data.get("mediaType", "")),
                 digest=str(data["digest"]),
                 size=int(data["size"]),
                 platform=_platform_string(platform) if isinstance(platform, dict) else None,
                 annotations={str(k): str(v) for k, v in (data.get("annotations") or {}).items()},
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"invalid descriptor {data!r}: {exc}") from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ManifestError(f"invalid descriptor {clip(repr(data), 200)}: {exc}") from exc
+        if not is_valid_digest(descriptor.digest) or descriptor.size < 0:
+            # what the copy asks for by this digest, and what it keeps by it, must be a digest
+            raise ManifestError(f"invalid descriptor {clip(repr(data), 200)}: not a sha256 digest and a size")
+        return descriptor
 
 
 def _platform_string(platform: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from mirror.demo.localregistry import LocalRegistry
-from mirror.oci import MAX_MANIFEST_BYTES, Descriptor, Manifest
+from mirror.oci import MAX_MANIFEST_BYTES, OCI_INDEX, OCI_MANIFEST, Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.client import MAX_TAG_PAGE_BYTES, regrouped
@@ -61,6 +61,31 @@ async def test_tag_list_follows_link_pages() -> None:
         )
 
     assert await mock_client(httpx.MockTransport(handle)).list_tags("ns/r") == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("tags", [["v1", 7], ["v1", "not a tag"], {"v1": "v2"}], ids=["a number", "a space", "a map"])
+async def test_a_tag_list_of_anything_but_tag_names_is_refused(tags: object) -> None:
+    client = mock_client(httpx.MockTransport(lambda request: httpx.Response(200, json={"tags": tags})))
+    with pytest.raises(RegistryError, match="not a tag list"):
+        await client.list_tags("ns/r")
+
+
+@pytest.mark.parametrize(
+    "descriptor",
+    [
+        {"mediaType": OCI_MANIFEST, "digest": "latest", "size": 10},
+        {"mediaType": OCI_MANIFEST, "digest": "sha256:" + "a" * 64, "size": -1},
+        {"mediaType": OCI_MANIFEST, "digest": "sha256:" + "a" * 64, "size": 1, "annotations": ["a"]},
+    ],
+    ids=["a tag for a digest", "a negative size", "annotations not a map"],
+)
+async def test_an_index_whose_entries_are_not_descriptors_is_refused(descriptor: dict[str, object]) -> None:
+    raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [descriptor]}).encode()
+    client = mock_client(
+        httpx.MockTransport(lambda request: httpx.Response(200, content=raw, headers={"Content-Type": OCI_INDEX}))
+    )
+    with pytest.raises(RegistryError, match="invalid descriptor"):
+        await client.get_manifest("ns/r", "sha256:" + hashlib.sha256(raw).hexdigest())
 
 
 async def test_manifest_bytes_must_match_the_digest_asked_for() -> None:

@@ -22,7 +22,7 @@ from mirror.oci import (
     ManifestError,
     sha256_digest,
 )
-from mirror.reference import api_host, is_valid_digest
+from mirror.reference import api_host, is_valid_digest, is_valid_tag
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.budget import PullBudget
 from mirror.registry.errors import IntegrityError, RegistryError, raise_for_response
@@ -36,6 +36,7 @@ log = logging.getLogger("mirror")
 
 MAX_TAG_PAGE_BYTES = 4 * 1024 * 1024
 MAX_TAG_PAGES = 1000
+MAX_TAGS = 100_000  # Docker Hub's busiest repositories hold a few thousand
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,11 +274,21 @@ class RegistryClient(BlobUploads):
         for _ in range(MAX_TAG_PAGES):
             page, response = await self._get_document("list tags", where, url, MAX_TAG_PAGE_BYTES)
             next_link = response.links.get("next", {}).get("url")
-            try:
-                tags.extend(json.loads(page).get("tags") or [])
-            except (ValueError, AttributeError) as exc:
-                raise RegistryError("list tags", where, 200, "", f"not a tag list: {exc}") from exc
+            tags.extend(_tags_in(page, where))
+            if len(tags) > MAX_TAGS:
+                raise RegistryError("list tags", where, 200, "", f"more than {MAX_TAGS} tags")
             if not next_link:
                 return tags
             url = response.url.join(next_link)  # relative to the page that named it, wherever that was
         raise RegistryError("list tags", where, 200, "", f"more than {MAX_TAG_PAGES} pages")
+
+
+def _tags_in(page: bytes, where: str) -> list[str]:
+    """The tags of one page of a tag list, each a valid tag name; anything else refuses the page."""
+    try:
+        tags = json.loads(page).get("tags") or []
+    except (ValueError, AttributeError) as exc:
+        raise RegistryError("list tags", where, 200, "", f"not a tag list: {exc}") from exc
+    if not isinstance(tags, list) or not all(isinstance(tag, str) and is_valid_tag(tag) for tag in tags):
+        raise RegistryError("list tags", where, 200, "", "not a tag list: its tags are not all tag names")
+    return tags
