@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -12,8 +13,18 @@ import pytest
 
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, start_registry
-from tests.support import manifest_bytes, manifest_digest, write_config
+from mirror.demo.sample import MiB, push_single
+from mirror.engine.fanout import Spool
+from mirror.engine.upload import RegistryOrigin
+from mirror.oci import Descriptor
+from mirror.registry import RegistryClient
+from mirror.registry.options import ClientOptions
+from mirror.registry.retry import RetryPolicy
+from tests.faultproxy import Fault, fault_proxy
+from tests.support import manifest_bytes, manifest_digest, with_client, write_config
 from tests.test_sync import VERSION, seed_release
+
+NO_RETRY = RetryPolicy(attempts=1)  # a failed read fails the download at once
 
 
 @pytest.fixture
@@ -92,3 +103,50 @@ def test_a_spool_left_by_a_killed_run_is_swept_by_the_next_and_a_live_one_kept(
     finally:
         running.kill()
         running.wait(timeout=60)
+
+
+def test_a_reader_behind_a_failed_spool_download_reads_its_own_bytes_while_the_next_one_runs(
+    tmp_path: Path, source: LocalRegistry
+) -> None:
+    """A blob's download into the spool fails its digest check at the end while one target's upload has read
+    only its first chunk; another target's retry starts the next download. The first reader still reads the
+    bytes that arrived, then hears of the failure: the retry opened the same file, truncated it, and the reader
+    spun on empty reads until the new download came past it; here the new download fails at once, and it spun
+    for ever."""
+    image = with_client(source, lambda client: push_single(client, "team/spooled", "v1", layer_sizes=(8 * MiB,)))
+    layer = max(image.blobs, key=lambda digest: image.blobs[digest])
+    blob = Descriptor("application/octet-stream", layer, image.blobs[layer])
+
+    async def race(origin: RegistryOrigin, spool: Spool) -> tuple[int, BaseException | None]:
+        read, error = 0, None
+        async with spool.open(origin, blob) as first:
+            chunks = aiter(first.chunks)
+            read += len(await anext(chunks))
+            download = spool._entries[blob.digest]  # the spool's own record of the download
+            async with download.changed:
+                await download.changed.wait_for(lambda: download.failed)
+            async with spool.open(origin, blob):  # the retry: its download fails as its answer begins
+                try:
+                    async for chunk in chunks:
+                        read += len(chunk)
+                except Exception as exc:  # the first download's failure
+                    error = exc
+        return read, error
+
+    with fault_proxy(source.port) as proxy:
+        proxy.add(
+            Fault("corrupt", method="GET", path=layer, after_bytes=8 * MiB - 100, count=1),
+            Fault("reset_response", method="GET", path=layer, after_bytes=0, count=1),
+        )
+
+        async def run() -> tuple[int, BaseException | None]:
+            client = RegistryClient.open(proxy.host, ClientOptions(plain_http=True, anonymous=True, retry=NO_RETRY))
+            spool = Spool(64 * MiB, 64 * 1024, tmp_path / "spool")
+            try:
+                return await asyncio.wait_for(race(RegistryOrigin(client, "team/spooled"), spool), 40)
+            finally:
+                await spool.aclose()
+                await client.aclose()
+
+        read, error = asyncio.run(run())
+    assert error is not None and 0 < read < blob.size

@@ -116,6 +116,7 @@ class Spool:
         self._dir: Path | None = None
         self._entries: dict[str, _Entry] = {}
         self._reserved = 0
+        self._files = 0  # spool files made, naming each download's file
         self._owner: int | None = None
         with contextlib.suppress(OSError):
             sweep_stale_spools(directory or Path(tempfile.gettempdir()))
@@ -149,7 +150,10 @@ class Spool:
             return None
         if entry is None:
             self._reserved += blob.size
-        path = self._directory() / blob.digest.replace(":", "-")
+        else:  # failed: downloaded again into a file of its own; readers of this one still read what it holds
+            entry.path.unlink(missing_ok=True)
+        self._files += 1
+        path = self._directory() / f"{blob.digest.replace(':', '-')}.{self._files}"
         path.touch()
         entry = self._entries[blob.digest] = _Entry(path, blob.size)
         entry.task = asyncio.ensure_future(entry.fill(source, blob))
