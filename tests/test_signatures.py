@@ -22,6 +22,7 @@ from mirror.demo.sample import SampleBuilder
 from mirror.engine.referrers import fallback_tag
 from mirror.oci import OCI_INDEX, OCI_MANIFEST
 from mirror.registry import RegistryClient
+from tests.faultproxy import Fault, fault_proxy
 from tests.sigstore_instance import GITHUB_ISSUER, HAMI_IDENTITY, RekorServer, SigstoreInstance, push_signature
 from tests.support import (
     blob_bytes,
@@ -122,6 +123,34 @@ def test_an_image_signed_by_the_named_identity_is_mirrored_and_its_signature_ver
     assert [e.path for e in requests_since(source, mark) if e.method != "HEAD"] == []
     assert main(["sync", VERSION, "--config", str(config(tmp_path, source, target))]) == 0
     assert f"signature: signed by {HAMI_IDENTITY} (referrers at t0)" in capsys.readouterr().out
+
+
+def test_a_target_copy_that_cannot_be_read_sends_the_check_to_the_source(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A re-run checks the signatures a target's copy holds; where that target refuses the look-up (a 403 to
+    its referrers listing), the source is checked instead, where the image was refused as not checked."""
+    subject = hami_subject(source)
+    with_client(
+        source, lambda c: push_signature(c, "projecthami/hami", subject, sigstore.sign_image(subject["digest"]))
+    )
+    with fault_proxy(target.port) as proxy:
+        code, _, err = sync_json(config(tmp_path, source, proxy), capsys, VERSION)  # type: ignore[arg-type]
+        assert code == 0, err
+        # the first listing at the target is the gate's: later ones, carrying the signatures, are answered
+        refusal = Fault("status", method="GET", path=r"/referrers/", status=403, code="DENIED", count=1)
+        proxy.add(refusal)
+        mark = len(source.access_log())
+        code, report, err = sync_json(config(tmp_path, source, proxy), capsys, VERSION)  # type: ignore[arg-type]
+    assert code == 0, err
+    assert refusal.applied == 1
+    assert image(report, "hami")["signature"]["via"] == "referrers"  # at the source, not "referrers at t0"
+    fallback = f"/v2/projecthami/hami/manifests/{fallback_tag(subject['digest'])}"
+    assert fallback in [e.path for e in requests_since(source, mark)]  # looked up there
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ carries them to the targets). Nothing of an image that fails is copied; the run 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,7 +17,7 @@ import httpx
 from mirror.engine.referrers import Found, Referrer, find_referrers
 from mirror.fetch import http_client
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient
+from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 from mirror.registry.retry import RetryPolicy
 from mirror.settings import SignatureRule
 from mirror.signing.bundles import (
@@ -30,6 +31,8 @@ from mirror.signing.bundles import (
 from mirror.signing.policy import Expected, SignerPolicy
 from mirror.signing.rekor import fetch_entry
 from mirror.signing.verify import NotVerified, Trust, payload_digest, verify_bundle, verify_legacy
+
+log = logging.getLogger("mirror")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +158,21 @@ async def check_image(
     source_found: Callable[[], Awaitable[Found]],
     copies: list[HeldCopy],
 ) -> SignatureCheck:
-    """The first signature that holds, at a target that has the digest already, else at the source."""
+    """The first signature that holds, at a target that has the digest already, else at the source (also where
+    a target's copy cannot be read: the source decides, not one target's refusal)."""
     for copy in copies:
-        found = await find_referrers(copy.client, copy.repository, digest)
-        if any(r.kind == "signature" for r in found.referrers):
-            check = await gate.check(copy.client, copy.repository, digest, found, rule)
-            if not check.refused:
-                return replace(check, via=f"{check.via} at {copy.target}")
+        try:
+            found = await find_referrers(copy.client, copy.repository, digest)
+            if any(r.kind == "signature" for r in found.referrers):
+                check = await gate.check(copy.client, copy.repository, digest, found, rule)
+                if not check.refused:
+                    return replace(check, via=f"{check.via} at {copy.target}")
+        except (RegistryError, RegistryUnreachable) as exc:
+            log.info(
+                "%s@%s: its signatures at %s not read (%s); checking the source",
+                source_repository,
+                digest,
+                copy.target,
+                exc,
+            )
     return await gate.check(source, source_repository, digest, await source_found(), rule)
