@@ -133,18 +133,3 @@ def test_a_refused_connection_is_a_connect_error() -> None:
         port = listener.getsockname()[1]  # bound, then closed: nothing listens there
     with pytest.raises(httpx.ConnectError):
         asyncio.run(SocketBackend().connect_tcp("127.0.0.1", port, timeout=30))
-
-
-def test_socket_options_are_set_before_the_connection_is_made() -> None:
-    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-
-    async def talk(port: int) -> tuple[int, int]:
-        stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=30, socket_options=options)
-        sock = stream.transport_socket
-        values = sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE), sock.getsockopt(*options[1][:2])
-        stream.close()
-        return values
-
-    with tcp_peer(lambda connection: None) as port:
-        keepalive, nodelay = asyncio.run(talk(port))
-    assert keepalive != 0 and nodelay != 0

@@ -226,6 +226,7 @@ def test_wrong_password_fails_fast_and_writes_nothing(world: World, capsys: pyte
     for line in failures:
         assert "access denied to mirrored/" in line and f"at {world.target.host}" in line
         assert "incorrect username or password" in line
+        assert "(credentials from config)" in line  # which credentials to mend
     assert "wrong-password-123" not in output and "Traceback" not in output
     assert not any(e.method in ("POST", "PUT", "PATCH") for e in world.target.access_log())
     assert len(world.tokens.requests) <= 4  # no retry loop against the token server

@@ -18,7 +18,7 @@ from mirror.report import ReleaseResult
 from mirror.settings import MirrorSettings, load_settings
 from mirror.untrusted import clip
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
+EXIT_OK, EXIT_FAILED, EXIT_TERMINATED = 0, 1, 143
 MAX_LINE = 1000
 
 

@@ -24,10 +24,6 @@ class TargetPlan:
     dropped: tuple[Dropped, ...] = ()
 
     @property
-    def root(self) -> Manifest:
-        return self.manifests[-1]
-
-    @property
     def bytes_to_copy(self) -> int:
         return sum(b.size for b in self.missing_blobs)
 

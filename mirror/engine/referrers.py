@@ -91,9 +91,9 @@ class Found:
     subject: str = ""  # the digest they refer to
 
 
-async def find_referrers(source: RegistryClient, repository: str, digest: str, api: bool = True) -> Found:
+async def find_referrers(source: RegistryClient, repository: str, digest: str) -> Found:
     """What refers to `digest`, listed in full (`look_up_referrers`, then `read_fallback`)."""
-    return await read_fallback(await look_up_referrers(source, repository, digest, api), source, repository)
+    return await read_fallback(await look_up_referrers(source, repository, digest), source, repository)
 
 
 async def look_up_referrers(source: RegistryClient, repository: str, digest: str, api: bool = True) -> Found:

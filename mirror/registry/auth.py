@@ -203,7 +203,7 @@ class RegistryAuth(httpx.Auth):
                 repository,
                 response.status_code,
                 code,
-                f"token server {token_host} refused: {message or response.reason_phrase}",
+                f"token server {token_host} refused{self._whose()}: {message or response.reason_phrase}",
             )
         try:
             token = parse_token_response(body, time.monotonic())
@@ -216,7 +216,13 @@ class RegistryAuth(httpx.Auth):
         code, message = ("", "still unauthorized after authenticating")
         if response is not None:
             code, message = parse_error_body(await read_limited(response, MAX_ERROR_BODY, truncate=True))
-        raise AuthError(self.host, repository_of(request) or "", 401, code, message or "unauthorized")
+        raise AuthError(self.host, repository_of(request) or "", 401, code, (message or "unauthorized") + self._whose())
+
+    def _whose(self) -> str:
+        """Where the credentials that were refused came from (the config, a docker config and its entry, a
+        credential helper), so a refusal says which to mend; never what they hold."""
+        credentials = self._credentials
+        return f" (credentials from {credentials.origin})" if credentials is not None and credentials.origin else ""
 
 
 def _retrieve(future: asyncio.Future[Token]) -> None:

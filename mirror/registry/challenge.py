@@ -28,10 +28,6 @@ class Challenge:
     def scopes(self) -> frozenset[str]:
         return frozenset(self.params.get("scope", "").split())
 
-    @property
-    def error(self) -> str:
-        return self.params.get("error", "")
-
 
 def parse_challenge(header: str) -> Challenge | None:
     """Parse `Bearer realm="...",service="...",scope="..."` (quoted values may hold commas and colons)."""

@@ -14,16 +14,13 @@ goes."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from asyncio.trsock import TransportSocket
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-
-SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
 HAPPY_EYEBALLS_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305; anyio's too)
 READ_AHEAD = 256 * 1024  # bytes buffered before the socket stops being read until a reader takes some
@@ -193,25 +190,13 @@ class SocketStream:
 
 
 class SocketBackend:
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[SocketOption] | None = None,
-    ) -> SocketStream:
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None) -> SocketStream:
         loop = asyncio.get_running_loop()
-        local = None if local_address is None else (local_address, 0)
         with _connect_errors(f"{host}:{port}"):
             async with asyncio.timeout(timeout):
-                if socket_options:
-                    sock = await _connected_socket(host, port, local, socket_options)
-                    transport, connection = await loop.create_connection(_Connection, sock=sock)
-                else:
-                    transport, connection = await loop.create_connection(
-                        _Connection, host, port, local_addr=local, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY
-                    )
+                transport, connection = await loop.create_connection(
+                    _Connection, host, port, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY
+                )
         return SocketStream(transport, connection)
 
 
@@ -224,27 +209,3 @@ def _connect_errors(where: str) -> Iterator[None]:
         raise httpx.ConnectTimeout(f"connecting to {where} timed out") from error
     except OSError as error:
         raise httpx.ConnectError(str(error)) from error
-
-
-async def _connected_socket(
-    host: str, port: int, local: tuple[str, int] | None, options: Iterable[SocketOption]
-) -> socket.socket:
-    """A socket with `options` set before it connects (asyncio's `create_connection` takes none): the first
-    address that accepts."""
-    loop = asyncio.get_running_loop()
-    addresses = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    failure: OSError = OSError(f"no address for {host}")
-    for family, kind, protocol, _, address in addresses:
-        sock = socket.socket(family, kind, protocol)
-        try:
-            for option in options:
-                sock.setsockopt(*option)
-            sock.setblocking(False)
-            if local is not None:
-                sock.bind(local)
-            await loop.sock_connect(sock, address)
-            return sock
-        except OSError as error:
-            sock.close()
-            failure = error
-    raise failure
