@@ -1,8 +1,8 @@
 """One error family. Every failure mirror expects is a `MirrorError` whose `kind` says what went wrong in
 terms a caller acts on: the CLI picks its exit code from it, the service decides whether a job failed for
 its input or its surroundings, the copy decides whether a step may be tried again. Anything that is not a
-MirrorError is a bug, caught only at the two outermost edges (the CLI's `run` and the service's runner), which
-log its traceback."""
+MirrorError is a bug, left to the two outermost edges: the CLI lets Python print its traceback (exit 1), and
+the service's runner records the job as an internal error and logs the traceback once."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.sample import SampleImage, push_multiarch
 from mirror.engine.clients import open_client
 from mirror.registry.auth import AuthError
+from mirror.registry.credentials import CredentialError, run_credential_helper
 from mirror.registry.errors import MAX_ERROR_BODY
 from mirror.registry.tokens import MAX_TOKEN_RESPONSE
 from mirror.settings import MirrorSettings
@@ -295,6 +296,32 @@ def test_docker_credential_helper(
     assert_copied(world)
     assert world.target.host in asked.read_text().split()
     assert_no_secret(world, output)
+
+
+@pytest.mark.parametrize(
+    ("says", "missing_ok", "expected"),
+    [
+        ("echo 'credentials not found in native keychain'", True, None),  # docker's helpers say it on stdout
+        ("echo 'keychain locked' >&2", False, "keychain locked"),
+        (f'printf \'{{"Username":"{USER}","Secret":"{PASSWORD}"}}\'', False, "exit status 1"),  # never shown
+    ],
+    ids=["not found", "its complaint", "an answer, though it failed"],
+)
+def test_a_failing_credential_helper_is_quoted_but_never_its_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, says: str, missing_ok: bool, expected: str | None
+) -> None:
+    helper = tmp_path / "docker-credential-failing"
+    helper.write_text(f"#!/bin/sh\nread server\n{says}\nexit 1\n")
+    helper.chmod(helper.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    asked = run_credential_helper("failing", "registry.test", missing_ok=missing_ok)
+    if expected is None:
+        assert asyncio.run(asked) is None
+        return
+    with pytest.raises(CredentialError) as failed:
+        asyncio.run(asked)
+    assert str(failed.value).endswith(f"failed for registry.test: {expected}")
+    assert PASSWORD not in str(failed.value)
 
 
 def test_password_from_environment(

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         tell_on_call(settings, results)
     if shutdown.stopping:
         print(
-            f"mirror: stopped by SIGTERM; {len(failures)} copy(ies) left unfinished, no tag moved for them",
+            f"mirror: stopped by SIGTERM; no tag moved for what did not finish ({len(failures)} line(s) above)",
             file=sys.stderr,
         )
         return EXIT_TERMINATED

@@ -112,7 +112,7 @@ class RunCache:
         return client
 
     def cancel_pending(self) -> None:
-        """Stop work nobody waits for any more (its image already failed, or the run is abandoned)."""
+        """Stop the shared work still under way: the run is abandoned at shutdown, or over."""
         for blobs in self.blobs.values():
             blobs.cancel_pending()
         cancel_all(self._trees, self._referrers, self._referrer_heads)

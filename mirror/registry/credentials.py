@@ -162,10 +162,10 @@ async def run_credential_helper(name: str, server_url: str, missing_ok: bool = F
         process.kill()
         raise CredentialError(f"credential helper {binary} did not answer within {HELPER_TIMEOUT:.0f} s") from None
     if process.returncode != 0:
-        message = err.decode("utf-8", "replace").strip().splitlines()[:1] or [out.decode("utf-8", "replace")[:100]]
-        if missing_ok and "credentials not found" in message[0].lower():
+        message = _helper_complaint(err or out, process.returncode)
+        if missing_ok and "credentials not found" in message.lower():
             return None
-        raise CredentialError(f"credential helper {binary} failed for {server_url}: {message[0][:200]}")
+        raise CredentialError(f"credential helper {binary} failed for {server_url}: {message[:200]}")
     try:
         doc = json.loads(out[:MAX_HELPER_OUTPUT])
         username, secret = str(doc["Username"]), str(doc["Secret"])
@@ -174,3 +174,12 @@ async def run_credential_helper(name: str, server_url: str, missing_ok: bool = F
     if username == "<token>":
         return Credentials(username, "", identity_token=secret, origin=binary)
     return Credentials(username, secret, origin=binary)
+
+
+def _helper_complaint(said: bytes, status: int | None) -> str:
+    """The first line a failed helper wrote (docker's helpers write their errors to stdout), unless it is
+    JSON: a helper's answer carries the secret, and that is never shown."""
+    lines = said.decode("utf-8", "replace").strip().splitlines()
+    if not lines or lines[0].lstrip().startswith(("{", "[")):
+        return f"exit status {status}"
+    return lines[0]
