@@ -61,6 +61,10 @@ class ImageJob:
     targets: tuple[TargetRef, ...]
     digest: str | None = None  # pinned by the chart: copied by digest, whatever the source tag says now
 
+    def platforms_at(self, ref: TargetRef) -> list[str] | None:
+        """The platforms `ref`'s copy keeps: the image's own filter, else its target's, else all (None)."""
+        return list(self.image.platforms or ref.target.platforms or []) or None
+
     @property
     def source_ref(self) -> str:
         tag = "" if self.tag.startswith(PINNED_TAG_PREFIX) else f":{self.tag}"  # a tag of the target's only

@@ -178,9 +178,8 @@ class Syncer:
         if tree is None:
             return
         for ref in job.targets:
-            platforms = list(job.image.platforms or ref.target.platforms or []) or None
             try:
-                kept, _ = apply_policy(tree, ref.target.attestations, platforms)
+                kept, _ = apply_policy(tree, ref.target.attestations, job.platforms_at(ref))
             except MirrorError:
                 continue  # the copy stage says why
             self.cache.blobs[ref.repository.registry].probes.tree(ref.repository.name, kept)

@@ -115,8 +115,7 @@ class TargetStages:
         return TargetResult(ref.name, reference, reached.outcome, anonymous_pull, carried)
 
     def _failed(self, job: ImageJob, ref: TargetRef, reference: str, exc: MirrorError) -> TargetResult:
-        reason = str(exc) + acr.missing_namespace_hint(ref.target.registry, exc)
-        outcome = not_landed(exc, reason)
+        outcome = not_landed(exc, _reason(ref, exc))
         self._note_failure(job, ref, outcome)
         return TargetResult(ref.name, reference, outcome)
 
@@ -173,8 +172,7 @@ class TargetStages:
     ) -> tuple[Copied, CopyStats] | Planned | Failed | Refused:
         """Plan against the target and push what it lacks, the tag last; a dry run stops at the plan."""
         source_tree = await asyncio.shield(self.cache.source_tree(job, resolved.digest))
-        platforms = list(job.image.platforms or ref.target.platforms or []) or None
-        tree, dropped = apply_policy(source_tree, ref.target.attestations, platforms)
+        tree, dropped = apply_policy(source_tree, ref.target.attestations, job.platforms_at(ref))
         client = self.cache.clients[ref.repository.registry]
         blobs = self.cache.blobs[ref.repository.registry]
         plan = await plan_target(ref, tree, blobs, source_tree.root if dropped else None, dropped)
@@ -197,8 +195,7 @@ class TargetStages:
                 self.progress.advance,
             )
         except MirrorError as exc:
-            reason = str(exc) + acr.missing_namespace_hint(ref.target.registry, exc)
-            return not_landed(exc, reason, described)
+            return not_landed(exc, _reason(ref, exc), described)
         return self._copied(stats, described, resolved, label), stats
 
     def _copied(self, stats: CopyStats, plan: str, resolved: Descriptor, label: str) -> Copied:
@@ -305,6 +302,11 @@ class TargetStages:
         return await verify_copy(
             client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only, known
         )
+
+
+def _reason(ref: TargetRef, exc: MirrorError) -> str:
+    """Why the copy did not land, with how to create an ACR namespace where a missing one is the cause."""
+    return str(exc) + acr.missing_namespace_hint(ref.target.registry, exc)
 
 
 def _children(stats: CopyStats) -> tuple[Descriptor, ...]:
