@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from mirror.errors import MirrorError
-from mirror.registry.body import BodyTooLarge, read_limited
+from mirror.registry.body import ACCEPTED_CODINGS, BodyTooLarge, read_limited
 from mirror.registry.retry import RetryPolicy
 from mirror.registry.tls import tls_context
 from mirror.registry.transport import layered
@@ -21,7 +21,8 @@ def http_client(
     timeout: float, retry: RetryPolicy, deadline: float = 300.0, min_rate: int = 64 * 1024
 ) -> httpx.AsyncClient:
     transport = layered(httpx.AsyncHTTPTransport(verify=tls_context()), retry, deadline, min_rate)
-    return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True)
+    headers = {"Accept-Encoding": ACCEPTED_CODINGS}
+    return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True, headers=headers)
 
 
 async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:

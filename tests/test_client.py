@@ -13,7 +13,7 @@ import json
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx
 import pytest
@@ -323,11 +323,13 @@ class Bombs(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     bomb = b""
+    asked: ClassVar[list[str]] = []  # the Accept-Encoding of each request
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:
+        self.asked.append(self.headers.get("Accept-Encoding", ""))
         host = self.headers["Host"]
         coding = self.path.rsplit("/", 1)[-1]
         if coding in CODED:  # a manifest as small as they are, in gzip or in deflate (a zlib stream or raw)
@@ -387,6 +389,7 @@ async def test_a_coded_manifest_decodes_to_the_bytes_its_digest_names(bombs: str
     digest = "sha256:" + hashlib.sha256(SMALL_MANIFEST).hexdigest()
     manifest = await at(bombs, lambda c: c.get_manifest("ns/r", coding))
     assert (manifest.raw, manifest.digest) == (SMALL_MANIFEST, digest)
+    assert Bombs.asked[-1] == "gzip, deflate"  # only what is decoded as it arrives, whatever else is installed
 
 
 async def test_read_limited_truncates_or_refuses_what_is_already_in_memory() -> None:

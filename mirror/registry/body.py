@@ -8,6 +8,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+# The codings asked for: the two body.py decodes as they arrive. httpx would also offer br and zstd wherever
+# their packages happen to be installed, and read_limited refuses those.
+ACCEPTED_CODINGS = "gzip, deflate"
+
 
 class BodyTooLarge(Exception):
     """A body over its limit: `5000 bytes (limit 4096)` when its Content-Length said so before a byte was

@@ -6,6 +6,7 @@ import httpx
 
 from mirror import __version__
 from mirror.registry.auth import RegistryAuth
+from mirror.registry.body import ACCEPTED_CODINGS
 from mirror.registry.cancelsafe import CancelSafeTransport
 from mirror.registry.credentials import Credentials, resolve_credentials
 from mirror.registry.deadline import DeadlineTransport
@@ -60,7 +61,7 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
             options.max_connections,
         ),
         auth=RegistryAuth(host, credentials),
-        headers={"User-Agent": USER_AGENT},
+        headers={"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPTED_CODINGS},
         timeout=httpx.Timeout(options.read_timeout, connect=options.connect_timeout),
         follow_redirects=False,
     )
