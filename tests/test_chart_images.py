@@ -9,7 +9,8 @@ import yaml
 from mirror.chart.archive import ChartError, open_chart
 from mirror.chart.images import image_blocks, pull_secret_paths
 from mirror.chart.proof import NOT_MIRRORED, check_rendering
-from mirror.chart.render import RenderedImage, Rendering
+from mirror.chart.render import RenderedImage, Rendering, RenderRequest
+from mirror.chart.tags import resolve_tags
 from mirror.demo.samplechart import package
 from mirror.engine.jobs import FetchedChart, InstallCharts, ReleaseJob, build_release_jobs
 from mirror.naming import NameClash, check_unique, flat_name
@@ -360,3 +361,40 @@ def test_a_configured_image_keeps_the_charts_block_shape_and_pin() -> None:
     written = build_values(TARGET, pointed, {})
     assert written["devicePlugin"]["image"] == f"{VPC}/ns/hami:v2.10.0"
     assert written["scheduler"]["extender"]["image"] == {"repository": f"{VPC}/ns/hami"}
+
+
+DEPLOYMENT = """apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}}}
+spec:
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+        - name: main
+          image: "{{{{ .Values.{name}.image.repository }}}}:v{{{{ .Chart.AppVersion }}}}"
+"""
+
+
+def test_every_block_of_a_repository_takes_the_tag_helm_renders_for_it() -> None:
+    """Two blocks of one image whose tags the values leave empty, rendered as `v` + appVersion by real Helm:
+    each takes `v2.10.0`, where the guess is the bare appVersion (the second kept the guess once the first had
+    taken the rendered tag out of the shared set)."""
+    values = {name: {"image": {"repository": "projecthami/hami", "tag": ""}} for name in ("scheduler", "plugin")}
+    archive = open_chart(
+        package(
+            {
+                "Chart.yaml": chart_yaml("two-blocks", "2.10.0", "2.10.0"),
+                "values.yaml": yaml.safe_dump(values),
+                "templates/scheduler.yaml": DEPLOYMENT.format(name="scheduler"),
+                "templates/plugin.yaml": DEPLOYMENT.format(name="plugin"),
+            },
+            "two-blocks",
+        ),
+        "two-blocks",
+    )
+    blocks = image_blocks(archive, "1.32.0")
+    assert [(b.tag, b.tag_inferred) for b in blocks] == [("2.10.0", True), ("2.10.0", True)]  # the guess
+    resolved = resolve_tags(archive, blocks, RenderRequest("two-blocks", "kube-system", "1.32.0"), "sdk")
+    assert [b.tag for b in resolved] == ["v2.10.0", "v2.10.0"]

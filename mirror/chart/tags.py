@@ -59,7 +59,7 @@ def resolve_tags(
     for block in blocks:
         tags = rendered.get(str(block.source), set())
         if block.tag_inferred and len(tags) == 1 and block.tag not in tags:
-            resolved.append(replace(block, tag=tags.pop()))
+            resolved.append(replace(block, tag=next(iter(tags))))  # the set is shared by the repository's blocks
         else:
             resolved.append(block)
     return resolved
