@@ -271,6 +271,21 @@ def fast_doors(tmp_path: Path) -> Iterator[Service]:
         yield service
 
 
+def test_a_slow_body_to_the_docker_hub_hook_is_logged_without_its_token(fast_doors: Service) -> None:
+    """The Docker Hub hook takes its token in the path; a line the doors log about such a request names the
+    route, never the token."""
+    with connect(fast_doors) as slow:
+        slow.sendall(
+            f"POST /hooks/dockerhub/{DOCKERHUB_TOKEN} HTTP/1.1\r\nHost: mirror\r\n".encode()
+            + b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        answer = response_within(slow, BOUND, trickle=b' "push_data": {}, ')
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+    log = fast_doors.log.read_text()
+    assert "POST /hooks/dockerhub/<token>: the request body did not arrive within 2 s" in log
+    assert DOCKERHUB_TOKEN not in log and DOCKERHUB_TOKEN[:8] not in log
+
+
 def test_slow_headers_are_cut_off_while_others_are_served(fast_doors: Service) -> None:
     with connect(fast_doors) as slow, connect(fast_doors) as silent:
         slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: mirror\r\n")

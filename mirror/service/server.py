@@ -138,7 +138,14 @@ class Doors:
 
 
 def request_line(scope: Scope) -> str:
-    return f"{clip(str(scope.get('method', '')), 20)} {clip(str(scope.get('path', '')), 100)}"
+    """The method and path a log line names; the Docker Hub hook's path carries its token, which is left out."""
+    path = str(scope.get("path", ""))
+    if path.startswith(DOCKERHUB_HOOK):
+        path = DOCKERHUB_HOOK + "<token>"
+    return f"{clip(str(scope.get('method', '')), 20)} {clip(path, 100)}"
+
+
+DOCKERHUB_HOOK = "/hooks/dockerhub/"  # + the token: a secret in the path, as Docker Hub's webhooks take it
 
 
 def one_line(exc: BaseException) -> str:
