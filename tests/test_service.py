@@ -214,6 +214,20 @@ def test_dockerhub_push_webhook(service: Service, source: LocalRegistry) -> None
     assert service.wait_done(answer.json()["id"])["state"] == "succeeded"
 
 
+def test_pre_releases_published_or_pushed_are_answered_and_not_queued(service: Service) -> None:
+    """discovery.prereleases is off (the default): a GitHub release marked pre-release, one named `-rc.1`, and a
+    Docker Hub push of an `-rc.1` tag are answered and queue nothing, as discovery would leave them out; a tag
+    that is not a release of the image's template at all (`latest`) neither."""
+    for release in ({"tag_name": "v2.11.0", "prerelease": True}, {"tag_name": "v2.11.0-rc.1"}):
+        answer = service.signed({"action": "published", "release": release}, event="release")
+        assert answer.status_code == 200 and "pre-release" in answer.json()["ignored"], answer.text
+    for tag, said in (("v2.11.0-rc.1", "pre-release"), ("latest", "not a release")):
+        push = {"push_data": {"tag": tag}, "repository": {"repo_name": "projecthami/hami"}}
+        answer = service.post(f"/hooks/dockerhub/{DOCKERHUB_TOKEN}", json.dumps(push).encode())
+        assert answer.status_code == 200 and said in answer.json()["ignored"], answer.text
+    assert service.jobs() == []
+
+
 def test_metrics_parse_and_move(service: Service, source: LocalRegistry) -> None:
     def samples() -> dict[str, float]:
         text = httpx.get(f"{service.url}/metrics", timeout=5).text

@@ -138,6 +138,9 @@ async def dockerhub_hook(request: Request) -> Response:
         version = dockerhub_version(settings, await read_body(request, settings.webhook.max_body))
     except HookError as exc:
         return error(exc.status, str(exc))
+    except HookIgnored as exc:
+        log.info("webhook ignored: %s", exc)
+        return JSONResponse({"ignored": str(exc)}, status_code=200)
     return await accept(request, "dockerhub", version, None)
 
 

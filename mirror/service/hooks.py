@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any, ParamSpec
 
-from mirror.engine.discover import version_bearing_images
+from mirror.engine.discover import version_bearing_images, versions_in
 from mirror.reference import Repository
 from mirror.release import matches, normalise_version, parse_filter
 from mirror.settings import MirrorSettings
@@ -118,6 +118,16 @@ def accepted_version(settings: MirrorSettings, text: Any) -> str:
     return version
 
 
+def published_version(settings: MirrorSettings, text: Any, prerelease: bool = False) -> str:
+    """A version a release or a push announced, as discovery would take it: a pre-release (`-rc.1`, or one
+    GitHub marks so) only with `discovery.prereleases`. One asked for by name (`{"version": ...}`) is taken as
+    asked, as `mirror sync` takes it."""
+    version = accepted_version(settings, text)
+    if (prerelease or "-" in version) and not settings.discovery.prereleases:
+        raise HookIgnored(f"{version} is a pre-release, and discovery.prereleases is off")
+    return version
+
+
 @payload_refusals
 def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
     """`{"version": "v2.10.0"}`, or a GitHub `release` event (`release.tag_name`) whose action is `published`.
@@ -129,7 +139,9 @@ def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
             shown = clip(action, SHOWN) if isinstance(action, str) else "(not a string)"
             raise HookIgnored(f"release {shown}: only a published release is mirrored")
         release = doc.get("release")
-        return accepted_version(settings, release.get("tag_name") if isinstance(release, dict) else None)
+        if not isinstance(release, dict):
+            raise HookError(422, "no release in the payload")
+        return published_version(settings, release.get("tag_name"), release.get("prerelease") is True)
     if event and "version" not in doc:
         raise HookIgnored(f"event {clip(event, SHOWN)!r} asks for no release")
     return accepted_version(settings, doc.get("version"))
@@ -145,11 +157,26 @@ def dockerhub_version(settings: MirrorSettings, body: bytes) -> str:
     name = repository.get("repo_name")
     if not isinstance(name, str):
         raise HookError(422, "no repository.repo_name in the payload")
-    wanted = {repository.name for _, repository in version_bearing_images(settings)}
     try:
         pushed = Repository.of(settings.source.registry, name).name
     except ValueError:
         raise HookError(422, f"repository {clip(name, SHOWN)!r} is not valid") from None
-    if pushed not in wanted:
+    images = [image for image, repository in version_bearing_images(settings) if repository.name == pushed]
+    if not images:
         raise HookError(422, f"repository {clip(name, SHOWN)!r} is not one this service mirrors")
-    return accepted_version(settings, push.get("tag"))
+    tag = push.get("tag")
+    if not isinstance(tag, str):
+        raise HookError(422, "no push_data.tag in the payload")
+    # `v2.10.0` from `v2.10.0-ubuntu` for a tag of `{version}-ubuntu`; a push of `latest` asks for nothing
+    versions = [v for v in versions_in(images[0], [tag]) if _is_version(v)]
+    if not versions:
+        raise HookIgnored(f"tag {clip(tag, SHOWN)!r} is not a release of {images[0].tag!r}")
+    return published_version(settings, versions[0])
+
+
+def _is_version(text: str) -> bool:
+    try:
+        normalise_version(text)
+    except ValueError:
+        return False
+    return True
