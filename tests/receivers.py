@@ -50,6 +50,7 @@ class Receiver:
     delay: float = 0.0
     url: str = ""
     received: list[Received] = field(default_factory=list)
+    arrived: int = 0  # posts whose body arrived, counted before any delay
 
     def check(self, path: str, headers: dict[str, str], body: bytes) -> bool:
         query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(path).query))
@@ -110,6 +111,7 @@ def receiver(kind: str, secret: str, token: str, delay: float = 0.0) -> Iterator
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            state.arrived += 1
             if state.delay:
                 time.sleep(state.delay)
             headers = {k.lower(): v for k, v in self.headers.items()}

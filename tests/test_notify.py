@@ -4,6 +4,7 @@ failing run posts its reason; a receiver that is down, slow or refusing neither 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -15,8 +16,11 @@ import pytest
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, free_port
 from mirror.demo.sample import push_single
+from mirror.notify.events import Failed, Failure
+from mirror.notify.send import notify
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
+from mirror.settings import NotifyChannelSettings, NotifySettings
 from tests.receivers import Receiver, receiver
 from tests.support import manifest_bytes, with_client, write_config
 from tests.test_crash import wait_for
@@ -262,3 +266,28 @@ def test_drift_at_a_target_is_posted_to_the_channels_that_want_it(
     assert drift[0]["image"] == "hami" and drift[0]["target"] == "t0" and other.digest in drift[0]["reason"]
     assert [m.json()["event"] for m in hook.received].count("failed") == 0  # drift is not also a failure message
     assert [m.text() for m in quiet.received if "drift" in m.text()] == []
+
+
+def test_a_post_that_may_have_arrived_is_not_sent_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receiver that takes the post and answers after the timeout got it: sending it again (re-signed, so the
+    platform cannot tell) posted the same message three times. A channel whose URL file went away since the
+    config was loaded is one warning, not an exception out of notify()."""
+    event = Failed("v2.10.0", (Failure("hami", "t0", "tag not found"),))
+    with receiver("slack", "", token_of("slack"), delay=4.0) as slow:
+        monkeypatch.setenv("SLOW_URL", slow.url)
+        (tmp_path / "gone.url").write_text(slow.url)
+        settings = NotifySettings(
+            channels=[
+                NotifyChannelSettings(name="slow", kind="slack", url_env="SLOW_URL"),
+                NotifyChannelSettings(name="gone", kind="slack", url_file=tmp_path / "gone.url"),
+            ],
+            timeout=1,
+            attempts=3,
+            deadline=30,
+        )
+        (tmp_path / "gone.url").unlink()
+        sent = asyncio.run(notify(settings, [event]))
+        arrived = slow.arrived
+    assert arrived == 1  # three before: one per attempt
+    errors = {each.channel: each.error or "" for each in sent}
+    assert "ReadTimeout" in errors["slow"] and "gone.url" in errors["gone"]

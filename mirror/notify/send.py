@@ -1,6 +1,7 @@
 """Posting the events to every channel that wants them: at once, each post bounded by `notify.timeout`, sent
-again (at most `notify.attempts` times) only when it did not arrive or the platform was briefly unable (5xx,
-429), and all of them within `notify.deadline`. Nothing here raises: a receiver that is down, slow or refusing
+again (at most `notify.attempts` times) only when it did not arrive (no connection) or the platform was briefly
+unable (5xx, 429), never after a post that may have arrived (no answer in time), and all of them within
+`notify.deadline`. Nothing here raises: a receiver that is down, slow or refusing
 is logged by the channel's name (its URL holds a token and is never shown), and the run's result stands."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mirror.untrusted import clip
 log = logging.getLogger("mirror")
 
 MAX_ANSWER_BYTES = 64 * 1024
+NOT_ARRIVED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)  # the post never left: send it again
 RETRY_DELAY = 1.0  # then doubled
 
 
@@ -60,8 +62,11 @@ async def _post(
     event: Event,
     clock: Callable[[], float],
 ) -> Sent:
-    secret = channel.secret() if channel.kind in ("dingtalk", "feishu", "webhook") else None
-    url = channel.url()
+    try:  # read at load, and again here: the file or variable may have gone since
+        secret = channel.secret() if channel.kind in ("dingtalk", "feishu", "webhook") else None
+        url = channel.url()
+    except ValueError as exc:
+        return Sent(channel.name, event.kind, clip(str(exc), 300))
     error = "not sent"
     for attempt in range(settings.attempts):
         if attempt:
@@ -73,7 +78,9 @@ async def _post(
                 status = response.status_code
         except (httpx.HTTPError, BodyTooLarge) as exc:
             error = f"{type(exc).__name__}: {_without(str(exc), url)}"
-            continue
+            if isinstance(exc, NOT_ARRIVED):
+                continue
+            break  # it may have arrived (no answer in time, a broken answer): a second would be a duplicate
         error = refusal(channel.kind, status, body) or ""
         if not error:
             return Sent(channel.name, event.kind, None)
