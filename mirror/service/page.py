@@ -131,7 +131,10 @@ async def login(request: Request) -> Response:
         body = await read_body(request, LOGIN_MAX_BODY)
     except HookError as exc:
         return PlainTextResponse(str(exc), status_code=exc.status, headers=HEADERS)
-    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=5)
+    try:
+        fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=5)
+    except ValueError:  # more fields than a login form has
+        return PlainTextResponse("not a login form", status_code=400, headers=HEADERS)
     given = fields.get("token", [""])[0].strip().encode()
     token: bytes | None = request.app.state.api_token
     if token is None or not hmac.compare_digest(token, given):
