@@ -47,7 +47,9 @@ def check_writable(directory: Path, what: str, min_free: int = MIN_FREE_BYTES) -
 def write_all(files: Mapping[Path, str | bytes]) -> None:
     """Write every file or none: each goes to a temporary file beside its destination, and only when all are
     written and flushed are they renamed into place (a rename takes no space and does not fail on a full
-    disk). On failure the temporary files and the directories made for them are removed."""
+    disk; a process killed between two renames leaves some files of the new delivery beside some of the
+    old). On failure the temporary files and the directories made for them are removed. Files get the mode a
+    plain `open` would give them (0666 less the umask), not the temporary file's 0600."""
     made: list[Path] = []
     pending: list[tuple[str, Path]] = []
     try:
@@ -55,6 +57,7 @@ def write_all(files: Mapping[Path, str | bytes]) -> None:
             made += _make_parents(path.parent)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
             pending.append((tmp, path))
+            os.fchmod(fd, 0o666 & ~_umask())
             with os.fdopen(fd, "wb") as handle:
                 handle.write(content.encode() if isinstance(content, str) else content)
                 handle.flush()
@@ -67,6 +70,15 @@ def write_all(files: Mapping[Path, str | bytes]) -> None:
         for directory in reversed(made):
             _remove_if_empty(directory)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for every thread meanwhile)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 def _make_parents(directory: Path) -> list[Path]:

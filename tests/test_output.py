@@ -4,6 +4,8 @@ tmpfs mounted in a private mount namespace)."""
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +99,20 @@ def test_a_delivery_replaces_the_previous_files_together(tmp_path: Path) -> None
     write_all({path: "two" for path in first})
     assert {p.read_text() for p in first} == {"two"}
     assert sorted(p.name for p in (tmp_path / "t0").rglob("*")) == ["a.yaml", "a.yaml", "v1"]  # no temporaries
+
+
+def test_a_delivery_is_readable_as_any_file_its_user_writes(tmp_path: Path) -> None:
+    """The values files are renamed from temporary files, which mkstemp makes 0600: they were readable by the
+    writer's user only (a CronJob's volume read by another container, a user's shell)."""
+    from mirror.output import write_all
+
+    script = (
+        "import os, sys; from pathlib import Path; from mirror.output import write_all; os.umask(0o027); "
+        "write_all({Path(sys.argv[1]): 'values: 1'})"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "strict.yaml")], check=True)
+    write_all({tmp_path / "t0" / "values.yaml": "values: 1"})
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "t0" / "values.yaml").stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE((tmp_path / "strict.yaml").stat().st_mode) == 0o640  # the writer's umask is honoured
