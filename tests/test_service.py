@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -22,10 +23,12 @@ from mirror import database
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, free_port
 from mirror.engine.discover import select_versions
+from mirror.engine.lock import lock_name
 from mirror.oci import Manifest
 from mirror.settings import DiscoverySettings
 from tests.faultproxy import Fault, fault_proxy
 from tests.support import beyond_heads, held_source, manifest_bytes, manifest_digest, with_client, write_config
+from tests.test_crash import wait_for
 from tests.test_sync import VERSION, seed_release
 
 SECRET = "webhook-shared-secret-0123"
@@ -226,6 +229,35 @@ def test_pre_releases_published_or_pushed_are_answered_and_not_queued(service: S
         answer = service.post(f"/hooks/dockerhub/{DOCKERHUB_TOKEN}", json.dumps(push).encode())
         assert answer.status_code == 200 and said in answer.json()["ignored"], answer.text
     assert service.jobs() == []
+
+
+def test_a_job_cut_at_shutdown_is_given_back_without_using_an_attempt(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """A job waiting on its target's lock (another sync holds it) reaches no safe point within the shutdown's
+    grace: the replica cuts it and gives it back to the queue, its attempt too, and the next replica runs it
+    as its first. It stayed `running` until its lease ran out, an attempt spent on every such shutdown."""
+    seed_release(source)
+    config = service_config(tmp_path, source, target, shutdown_grace=1)
+    lock = tmp_path / "locks" / f"{lock_name(target.host, 'mirrored')}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another mirror sync of the same target
+        first = Service(config, free_port())
+        first.start()
+        try:
+            job_id = first.signed({"version": VERSION}).json()["id"]
+            wait_for(lambda: "waiting for another mirror sync" in first.log.read_text(), 30)
+        finally:
+            assert first.stopped_cleanly(), first.log.read_text()[-3000:]
+    assert "given back to the queue unfinished" in first.log.read_text()
+    second = Service(config, free_port())
+    second.start()
+    try:
+        job = second.wait_done(job_id, 60)
+    finally:
+        second.stop()
+    assert (job["state"], job["attempts"]) == ("succeeded", 1)
 
 
 def test_metrics_parse_and_move(service: Service, source: LocalRegistry) -> None:

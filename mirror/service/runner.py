@@ -50,6 +50,9 @@ def job_record(results: list[ReleaseResult]) -> list[dict[str, Any]]:
     return records
 
 
+RELEASE_SECONDS = 10.0  # how long a stop waits for a cut job to be given back
+
+
 class JobRunner:
     """Claims jobs from the shared store one at a time, holds each under a lease that a heartbeat renews,
     and records the outcome. Several replicas may run one each over the same database."""
@@ -84,8 +87,9 @@ class JobRunner:
         self.wake.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), grace + 5)
-        except TimeoutError:
+        except TimeoutError:  # a job that reaches no safe point (waiting on a lock, a render): cut, given back
             self._task.cancel()
+            await asyncio.wait({self._task}, timeout=RELEASE_SECONDS)
         if self._announcing:  # each is bounded by notify.deadline
             await asyncio.wait(self._announcing, timeout=self.settings.notify.deadline)
 
@@ -104,6 +108,9 @@ class JobRunner:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), self.settings.service.poll_seconds)
                 continue
+            if self.stopping:  # claimed as this replica began to stop: given back before it starts
+                await self._give_back(job["id"])
+                return
             if job["attempts"] > 1:
                 log.warning("job %s: its lease expired under another replica; taking it over", job["id"])
             await self.run(job)
@@ -132,11 +139,14 @@ class JobRunner:
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")
             error = f"internal error: {type(exc).__name__}: {exc}"
+        except asyncio.CancelledError:  # cut at shutdown past its grace: back to the queue, its attempt too
+            if self.stopping:
+                await asyncio.shield(self._give_back(job["id"]))
+            raise
         try:
             failures = [line for r in results for line in r.failures()]
             if shutdown.stopping and not error and failures:  # cut short: another replica finishes it
-                if await self.store.release(job["id"], self.owner):
-                    log.warning("job given back to the queue unfinished: this replica is shutting down")
+                await self._give_back(job["id"])
                 return
             ok = not failures and not error
             error = clip(error or "; ".join(failures), MAX_ERROR_CHARS) if error or failures else None
@@ -171,6 +181,14 @@ class JobRunner:
             if job["versions"] is None:
                 return await discover_and_sync(self.settings, options, Progress(), shutdown, clients)
             return await sync(self.settings, job["versions"], options, Progress(), shutdown, clients)
+
+    async def _give_back(self, job_id: str) -> None:
+        """An unfinished job back to the queue for another replica, without using up an attempt."""
+        try:
+            if await self.store.release(job_id, self.owner):
+                log.warning("job %s given back to the queue unfinished: this replica is shutting down", job_id)
+        except Exception as exc:  # the database is away: the lease runs out and another replica takes it
+            log.error("could not give job %s back (%s); it runs again when its lease expires", job_id, clip(str(exc)))
 
     def _gave_up(self, job: dict[str, Any]) -> None:
         """A job the store failed for this replica's claim: its lease ran out `max_attempts` times."""
