@@ -6,10 +6,13 @@ copied (the target registry receives no write) or written (no output directory).
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import http.server
 import io
 import struct
 import tarfile
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,9 +23,11 @@ import pytest
 import yaml
 
 from mirror.chart.archive import MAX_HEADER_BYTES, ChartError, open_chart
+from mirror.chart.source import ChartLocation, FetchLimits, http_client, read_index
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.samplechart import ChartRepository, ChartServer, chart_files, chart_server, package
-from tests.support import BoundedRun, requests_since, run_bounded, write_config, writes
+from mirror.registry.retry import RetryPolicy
+from tests.support import BoundedRun, http_server, requests_since, run_bounded, write_config, writes
 from tests.test_sync import VERSION
 
 BOUND_SECONDS = 60.0  # one bounded `mirror sync`: about 2 s when the door holds; a bomb would take minutes
@@ -315,3 +320,61 @@ def test_a_real_pax_archive_still_opens() -> None:
             archive.addfile(info, io.BytesIO(data))
     chart = open_chart(out.getvalue(), "chart hami 2.10.0")
     assert chart.name == "hami" and len(chart.files) == 2
+
+
+def big_index(entries: int) -> bytes:
+    """A repository index of `entries` versions of one chart: about 300 bytes of YAML each."""
+    versions = [
+        {
+            "apiVersion": "v2",
+            "name": "big",
+            "version": f"1.{n}.0",
+            "appVersion": f"1.{n}.0",
+            "digest": "a" * 64,
+            "urls": [f"https://charts.invalid/big-1.{n}.0.tgz"],
+            "created": "2026-01-01T00:00:00Z",
+            "description": "x" * 40,
+        }
+        for n in range(entries)
+    ]
+    return yaml.safe_dump({"apiVersion": "v1", "entries": {"big": versions}}).encode()
+
+
+def test_a_large_index_is_read_while_the_loop_goes_on(tmp_path: Path) -> None:
+    """An index.yaml of 6 MB takes seconds to read with the untrusted loader's bounds; `mirror serve` answers
+    webhooks, health checks and its lease heartbeat on the same loop meanwhile, so it is read in a thread. A
+    ticker on the loop never waits a second (it waited the whole parse)."""
+    raw = big_index(20_000)
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    async def read_with_a_ticker(url: str) -> tuple[int, float]:
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        async def tick() -> None:
+            while not done.is_set():
+                before = time.monotonic()
+                await asyncio.sleep(0.01)
+                gaps.append(time.monotonic() - before)
+
+        ticker = asyncio.ensure_future(tick())
+        limits = FetchLimits(32 * 1024 * 1024, 30, RetryPolicy(attempts=1))
+        async with http_client(limits) as client:
+            entries = await read_index(client, ChartLocation(url, "big"))
+        done.set()
+        await ticker
+        return len(entries), max(gaps)
+
+    with http_server(Index) as server:
+        read, longest_wait = asyncio.run(read_with_a_ticker(f"http://127.0.0.1:{server.server_address[1]}"))
+    assert read == 20_000
+    assert longest_wait < 1.0, f"the loop waited {longest_wait:.2f} s"

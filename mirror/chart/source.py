@@ -5,6 +5,7 @@ entry for the chart checked for Helm's shapes; what arrives is opened by `archiv
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +81,8 @@ async def read_index(client: httpx.AsyncClient, location: ChartLocation) -> list
     raw = await read_capped(client, url, MAX_INDEX_BYTES, f"chart repository {location.repository}")
     where = f"chart repository {location.repository}: index.yaml"
     try:
-        index = load_yaml(raw, where, INDEX_YAML_LIMITS)
+        # parsed in a thread: a large index takes seconds, and the service's loop answers webhooks meanwhile
+        index = await asyncio.to_thread(load_yaml, raw, where, INDEX_YAML_LIMITS)
     except UntrustedInput as exc:
         raise ChartError(str(exc)) from None
     charts = index.get("entries") if isinstance(index, dict) else None
@@ -133,7 +135,7 @@ async def fetch_charts(
     charts = {}
     for version, raw in raws.items():
         where = f"chart {location} {version}"
-        archive = open_chart(raw, where)
+        archive = await asyncio.to_thread(open_chart, raw, where)
         if archive.name != location.name or archive.version != version:
             raise ChartError(f"{where}: the archive holds {archive.name} {archive.version}")
         charts[version] = archive

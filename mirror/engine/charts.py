@@ -57,7 +57,9 @@ async def read_chart(settings: MirrorSettings, spec: ChartSpec, archive: ChartAr
     it (`chart/tags.py`, in a thread waiting on Helm's render child)."""
     assert settings.chart is not None
     overrides = dict(spec.extra)
-    blocks = image_blocks(archive, settings.chart.kube_version, overrides, settings.chart.max_images)
+    blocks = await asyncio.to_thread(
+        image_blocks, archive, settings.chart.kube_version, overrides, settings.chart.max_images
+    )
     request = RenderRequest(spec.release, spec.namespace, settings.chart.kube_version)
     resolved = await asyncio.to_thread(resolve_tags, archive, blocks, request, settings.chart.renderer, overrides)
     return FetchedChart(archive, tuple(resolved))
