@@ -82,8 +82,7 @@ class AcrLogin:
     which names an Enterprise instance when the config does not."""
 
     options: LoginOptions
-    _credential: Any = field(default=None, repr=False)  # the SDK's credentials client, kept: it caches STS
-    _client: Any = field(default=None, repr=False)
+    _client: Any = field(default=None, repr=False)  # the ACR client: it holds the credentials client (STS cache)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     instance: str | None = None  # the Enterprise instance, once a login named it
 
