@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec
 
 from mirror.engine.discover import version_bearing_images, versions_in
-from mirror.reference import Repository
+from mirror.reference import Repository, is_valid_tag
 from mirror.release import matches, normalise_version, parse_filter
 from mirror.settings import MirrorSettings
 from mirror.untrusted import clip
@@ -167,6 +167,8 @@ def dockerhub_version(settings: MirrorSettings, body: bytes) -> str:
     tag = push.get("tag")
     if not isinstance(tag, str):
         raise HookError(422, "no push_data.tag in the payload")
+    if not is_valid_tag(tag):  # what a registry would refuse as a tag: junk, not a push to pass over
+        raise HookError(422, f"push_data.tag {clip(tag, SHOWN)!r} is not a tag")
     # `v2.10.0` from `v2.10.0-ubuntu` for a tag of `{version}-ubuntu`; a push of `latest` asks for nothing
     versions = [v for v in versions_in(images[0], [tag]) if _is_version(v)]
     if not versions:
