@@ -114,8 +114,7 @@ class RegistryClient(BlobUploads):
         """The manifest's descriptor, or None when the registry does not have it. A HEAD is not a counted
         pull on Docker Hub, so this is the cheap way to learn a tag's digest."""
         where = self.where(repository, ref)
-        response = await self._head("resolve", where, f"/v2/{repository}/manifests/{ref}", {"Accept": MANIFEST_ACCEPT})
-        self._note_rate_limit(response)
+        response = await self._manifest_head(repository, ref, where)
         if response.status_code == 404:
             return None
         await raise_for_response(response, "resolve", where)
@@ -146,9 +145,13 @@ class RegistryClient(BlobUploads):
     async def _read_budget(self, repository: str, ref: str) -> None:
         """The budget a manifest HEAD announces (not a pull). Unlike head_manifest, never a GET in its place:
         that GET would wait on the budget being read."""
-        where = self.where(repository, ref)
+        await self._manifest_head(repository, ref, self.where(repository, ref))
+
+    async def _manifest_head(self, repository: str, ref: str, where: str) -> httpx.Response:
+        """A manifest's HEAD, the pull budget it announces noted."""
         response = await self._head("resolve", where, f"/v2/{repository}/manifests/{ref}", {"Accept": MANIFEST_ACCEPT})
         self._note_rate_limit(response)
+        return response
 
     async def _get_manifest(self, repository: str, ref: str, where: str) -> Manifest:
         url = f"/v2/{repository}/manifests/{ref}"
