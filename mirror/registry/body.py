@@ -118,23 +118,21 @@ class _Decompressor:
     """gzip or deflate (a zlib stream, or raw deflate as some servers send it), as httpx decodes them."""
 
     def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
         wbits = zlib.MAX_WBITS | 16 if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
         self._inner = zlib.decompressobj(wbits)
-        self._first = True
+        self._may_be_raw = encoding == "deflate"  # until the first bytes decode as a zlib stream, or do not
 
     @property
     def unconsumed_tail(self) -> bytes:
         return self._inner.unconsumed_tail
 
     def decompress(self, data: bytes, max_length: int) -> bytes:
-        if self._first and self.encoding == "deflate":
-            self._first = False
+        if self._may_be_raw:
+            self._may_be_raw = False
             try:
                 return self._inner.decompress(data, max_length)
             except zlib.error:
                 self._inner = zlib.decompressobj(-zlib.MAX_WBITS)
-        self._first = False
         return self._inner.decompress(data, max_length)
 
 
