@@ -52,12 +52,13 @@ def write_all(files: Mapping[Path, str | bytes]) -> None:
     plain `open` would give them (0666 less the umask), not the temporary file's 0600."""
     made: list[Path] = []
     pending: list[tuple[str, Path]] = []
+    mode = 0o666 & ~_umask()
     try:
         for path, content in files.items():
             made += _make_parents(path.parent)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
             pending.append((tmp, path))
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, mode)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(content.encode() if isinstance(content, str) else content)
                 handle.flush()
