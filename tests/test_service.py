@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -231,18 +233,36 @@ def test_pre_releases_published_or_pushed_are_answered_and_not_queued(service: S
     assert service.jobs() == []
 
 
+@contextmanager
+def target_lock_held(tmp_path: Path, target: LocalRegistry, database_url: str | None) -> Iterator[None]:
+    """The target's lock, held as another mirror sync would hold it: its lock file, or with PostgreSQL the
+    advisory lock every replica and the CronJob take."""
+    name = lock_name(target.host, "mirrored")
+    if database_url is None:
+        lock = tmp_path / "locks" / f"{name}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            yield
+        return
+    key = database.advisory_key(database.target_lock(name))
+    with database.open_engine(database_url, pooled=False).connect() as connection:
+        connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+        yield
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_job_cut_at_shutdown_is_given_back_without_using_an_attempt(
-    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, backend: str, request: pytest.FixtureRequest
 ) -> None:
     """A job waiting on its target's lock (another sync holds it) reaches no safe point within the shutdown's
     grace: the replica cuts it and gives it back to the queue, its attempt too, and the next replica runs it
     as its first. It stayed `running` until its lease ran out, an attempt spent on every such shutdown."""
     seed_release(source)
-    config = service_config(tmp_path, source, target, shutdown_grace=1)
-    lock = tmp_path / "locks" / f"{lock_name(target.host, 'mirrored')}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # another mirror sync of the same target
+    database_url = request.getfixturevalue("database_url") if backend == "postgresql" else None
+    extra = {"database_url": database_url} if database_url else {}
+    config = service_config(tmp_path, source, target, shutdown_grace=1, **extra)
+    with target_lock_held(tmp_path, target, database_url):
         first = Service(config, free_port())
         first.start()
         try:
