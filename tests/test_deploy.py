@@ -121,7 +121,7 @@ def test_the_postgres_overlay_runs_two_replicas_that_share_the_cronjobs_database
 
 
 def test_the_cronjob_and_the_service_never_discover_at_the_same_minute() -> None:
-    from mirror.service.scheduler import cron_trigger
+    from mirror.cron import cron_trigger
 
     docs = by_kind(built(ROOT / "deploy"))
     (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]

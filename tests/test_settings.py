@@ -127,6 +127,7 @@ LOAD_MISTAKES = [
     (with_changes(schedule="61 * * * *"), "schedule", "minute field '61'"),
     (with_changes(schedule="0 25 * * *"), "schedule", "hour field '25'"),
     (with_changes(schedule="0 0 * * mon-funday"), "schedule", "day_of_week field"),
+    (with_changes(schedule="0 0 * * 8"), "schedule", "day_of_week field '8': weekday '8' is not 0-7"),
     (with_changes(schedule="0 0 * *"), "schedule", "5 fields"),
     (with_changes(discovery={"versions": ">=2.7"}), "discovery.versions", "'>=2.7'"),
     (with_changes(discovery={"versions": "~2.7.0"}), "discovery.versions", "'~2.7.0'"),

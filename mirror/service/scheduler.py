@@ -7,20 +7,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.triggers.cron import CronTrigger
+
+from mirror.cron import cron_trigger
 
 log = logging.getLogger("mirror.service")
-
-
-def cron_trigger(expression: str) -> CronTrigger:
-    """5 fields (minute hour day month weekday), or 6 with seconds first."""
-    fields = expression.split()
-    if len(fields) == 5:
-        return CronTrigger.from_crontab(expression, timezone="UTC")
-    second, minute, hour, day, month, weekday = fields
-    return CronTrigger(
-        second=second, minute=minute, hour=hour, day=day, month=month, day_of_week=weekday, timezone="UTC"
-    )
 
 
 def start_scheduler(expression: str, enqueue: Callable[[], Awaitable[None]]) -> AsyncIOScheduler:

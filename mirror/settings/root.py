@@ -20,7 +20,6 @@ from mirror.settings.signatures import SignatureSettings
 from mirror.settings.transfer import BudgetSettings, RetrySettings, SpoolSettings, TransferSettings
 
 ENV_PREFIX = "MIRROR_"
-CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
 MAX_SCHEDULE_LENGTH = 256
 
 
@@ -135,16 +134,11 @@ class MirrorSettings(BaseSettings):
 
 
 def check_cron(expression: str) -> None:
-    """Parse a cron expression the way APScheduler will (5 fields, or 6 with seconds first), naming the
-    field that is wrong."""
-    fields = expression.split()
-    if len(fields) not in (5, 6):
-        raise ValueError(f"{shown(expression)}: a cron expression has 5 fields (or 6, with seconds first)")
-    from apscheduler.triggers.cron import CronTrigger  # only configs with a schedule pay for the import
+    """Parse a cron expression as the service's scheduler will (cron's meaning: 5 fields, or 6 with seconds
+    first), naming the field that is wrong."""
+    from mirror.cron import CronError, cron_trigger  # APScheduler: only configs with a schedule pay for it
 
-    names = ("second", *CRON_FIELDS) if len(fields) == 6 else CRON_FIELDS
-    for name, value in zip(names, fields, strict=True):
-        try:
-            CronTrigger(**{name: value}, timezone="UTC")
-        except ValueError as exc:
-            raise ValueError(f"{shown(expression)}: {name} field {shown(value)}: {exc}") from None
+    try:
+        cron_trigger(expression)
+    except CronError as exc:
+        raise ValueError(f"{shown(expression)}: {exc}") from None
