@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from mirror.errors import Kind, MirrorError
 from mirror.reference import is_valid_digest
-from mirror.untrusted import clip
+from mirror.untrusted import clip, load_json
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -100,7 +99,7 @@ class Manifest:
         if expected_digest and digest != expected_digest:
             raise ManifestError(f"manifest bytes hash to {digest}, expected {expected_digest}")
         try:
-            doc = json.loads(raw)
+            doc = load_json(raw)
         except ValueError as exc:
             raise ManifestError(f"manifest is not JSON: {exc}") from exc
         if not isinstance(doc, dict):

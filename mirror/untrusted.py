@@ -8,6 +8,7 @@ milliseconds, instead of when something walks, copies or serialises what it stan
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +38,16 @@ except ImportError:  # PyYAML built without libyaml
 
 
 MAX_SHOWN = 300  # characters of someone else's text an error message may carry
+
+
+def load_json(text: str | bytes) -> Any:
+    """`json.loads`, with nesting deeper than Python's parser can recurse refused as malformed JSON (a
+    ValueError, which every reader of JSON from outside handles) instead of a RecursionError, which no
+    caller expects: a few KB of brackets in a manifest or a token answer would otherwise end the run."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 _ESCAPES = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirror.notify.events import Drifted, Event, Failed, Mirrored
+from mirror.untrusted import load_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ def refusal(kind: str, status: int, body: bytes) -> str | None:
     if kind not in ("dingtalk", "feishu", "wecom"):
         return None
     try:
-        answer: Any = json.loads(body)
+        answer: Any = load_json(body)
     except ValueError:
         return "an answer that is not JSON"
     if not isinstance(answer, dict):

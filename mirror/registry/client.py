@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from mirror.registry.ratelimit import RateLimit, read_rate_limit
 from mirror.registry.redirects import Redirects
 from mirror.registry.transport import open_http_client
 from mirror.registry.uploads import BlobUploads
+from mirror.untrusted import load_json
 
 log = logging.getLogger("mirror")
 
@@ -202,7 +202,7 @@ class RegistryClient(BlobUploads):
         if OCI_INDEX not in response.headers.get("Content-Type", ""):
             return None  # an answer, but not the API's
         try:
-            entries = json.loads(body).get("manifests") or []
+            entries = load_json(body).get("manifests") or []
         except (ValueError, AttributeError) as exc:
             raise RegistryError("list referrers", where, 200, "", f"not an index: {exc}") from exc
         return [e for e in entries if isinstance(e, dict)]
@@ -289,7 +289,7 @@ class RegistryClient(BlobUploads):
 def _tags_in(page: bytes, where: str) -> list[str]:
     """The tags of one page of a tag list, each a valid tag name; anything else refuses the page."""
     try:
-        tags = json.loads(page).get("tags") or []
+        tags = load_json(page).get("tags") or []
     except (ValueError, AttributeError) as exc:
         raise RegistryError("list tags", where, 200, "", f"not a tag list: {exc}") from exc
     if not isinstance(tags, list) or not all(isinstance(tag, str) and is_valid_tag(tag) for tag in tags):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 
 from mirror.errors import Kind, MirrorError
 from mirror.reference import DOCKER_HUB_API_HOST, api_host
+from mirror.untrusted import load_json
 
 DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
 HELPER_TIMEOUT = 30.0
@@ -82,7 +82,7 @@ def docker_config_path(explicit: Path | None) -> Path | None:
 
 def load_docker_config(path: Path) -> DockerConfig:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = load_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CredentialError(f"docker config {path}: {type(exc).__name__}: cannot be read as JSON") from None
     if not isinstance(doc, dict):
@@ -167,7 +167,7 @@ async def run_credential_helper(name: str, server_url: str, missing_ok: bool = F
             return None
         raise CredentialError(f"credential helper {binary} failed for {server_url}: {message[:200]}")
     try:
-        doc = json.loads(out[:MAX_HELPER_OUTPUT])
+        doc = load_json(out[:MAX_HELPER_OUTPUT])
         username, secret = str(doc["Username"]), str(doc["Secret"])
     except (ValueError, KeyError, TypeError):
         raise CredentialError(f"credential helper {binary} answered something that is not credentials") from None

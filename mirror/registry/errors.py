@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import httpx
 
 from mirror.errors import Kind, MirrorError
 from mirror.registry.body import read_limited
-from mirror.untrusted import clip
+from mirror.untrusted import clip, load_json
 
 MAX_ERROR_BODY = 64 * 1024
 
@@ -53,7 +51,7 @@ class IntegrityError(MirrorError):
 def parse_error_body(body: bytes) -> tuple[str, str]:
     """The first (code, message) of an OCI error body, or ("", first line of the text)."""
     try:
-        doc = json.loads(body[:MAX_ERROR_BODY])
+        doc = load_json(body[:MAX_ERROR_BODY])
         first = doc["errors"][0]
         return str(first.get("code", "")), str(first.get("message", ""))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):

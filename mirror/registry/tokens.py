@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import math
 import time
 from dataclasses import dataclass, field
 
 import httpx
 
 from mirror.registry.credentials import Credentials
+from mirror.untrusted import load_json
 
 DEFAULT_EXPIRES_IN = 60  # seconds, when the realm does not say
 MAX_TOKEN_RESPONSE = 1024 * 1024
@@ -75,12 +76,29 @@ def token_request(key: TokenKey, credentials: Credentials | None) -> httpx.Reque
 
 
 def parse_token_response(body: bytes, received_at: float) -> Token:
-    """`{"token" | "access_token", "expires_in"}`; raises ValueError for anything else."""
-    doc = json.loads(body[:MAX_TOKEN_RESPONSE])
+    """`{"token" | "access_token", "expires_in"}`; raises ValueError for anything else. The token goes into a
+    header: one that is not printable ASCII without spaces is refused here, before an HTTP library's error
+    could quote it; a lifetime that is not a positive finite number of seconds is the default one."""
+    doc = load_json(body[:MAX_TOKEN_RESPONSE])
+    if not isinstance(doc, dict):
+        raise ValueError("the token server's answer is not a JSON object")
     value = doc.get("token") or doc.get("access_token")
     if not isinstance(value, str) or not value:
         raise ValueError("the token server's answer holds no token")
-    lifetime = float(doc.get("expires_in") or DEFAULT_EXPIRES_IN)
-    if lifetime <= 0:
+    if not all("!" <= char <= "~" for char in value):
+        raise ValueError("the token server's answer holds a token that is not printable ASCII")
+    lifetime = _seconds(doc.get("expires_in"))
+    if lifetime is None or lifetime <= 0:
         lifetime = DEFAULT_EXPIRES_IN
     return Token(value, received_at + lifetime, lifetime)
+
+
+def _seconds(value: object) -> float | None:
+    """A number of seconds as JSON gives it (a number, or a number in a string), if it is a finite one."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) else None

@@ -19,6 +19,8 @@ from typing import Any
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509 import load_pem_x509_certificate
 
+from mirror.untrusted import load_json
+
 SIGSTORE_BUNDLE_TYPES = (
     "application/vnd.dev.sigstore.bundle.v0.3+json",
     "application/vnd.dev.sigstore.bundle+json;version=0.3",
@@ -50,7 +52,7 @@ class LegacySignature:
     @classmethod
     def from_annotations(cls, annotations: dict[str, str]) -> LegacySignature:
         try:
-            rekor = json.loads(annotations[REKOR_BUNDLE_ANNOTATION])
+            rekor = load_json(annotations[REKOR_BUNDLE_ANNOTATION])
             payload = rekor["Payload"]
             return cls(
                 signature=annotations[SIGNATURE_ANNOTATION],
@@ -123,7 +125,7 @@ def legacy_bundle(sig: LegacySignature, payload_digest: bytes, rekor_answer: dic
 def statement_names(payload: bytes, digest: str) -> None:
     """The in-toto statement a cosign v3 signature carries must be cosign's signing predicate over `digest`."""
     try:
-        statement = json.loads(payload)
+        statement = load_json(payload)
         subjects = [s.get("digest", {}) for s in statement.get("subject", [])]
         predicate = statement.get("predicateType")
     except (ValueError, AttributeError) as exc:
@@ -138,7 +140,7 @@ def statement_names(payload: bytes, digest: str) -> None:
 def simple_signing_names(payload: bytes, digest: str) -> None:
     """The payload of a `.sig` layer must name `digest` as the signed image."""
     try:
-        named = json.loads(payload)["critical"]["image"]["docker-manifest-digest"]
+        named = load_json(payload)["critical"]["image"]["docker-manifest-digest"]
     except (ValueError, KeyError, TypeError) as exc:
         raise EvidenceError(f"the signed payload cannot be read: {exc!r}") from None
     if named != digest:

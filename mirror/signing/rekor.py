@@ -3,7 +3,6 @@ a GET through the retrying client, bounded in time and size."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
@@ -11,6 +10,7 @@ import httpx
 from mirror.fetch import FetchError, read_capped
 from mirror.signing.bundles import rekor_lookup_url
 from mirror.signing.verify import NotVerified
+from mirror.untrusted import load_json
 
 
 async def fetch_entry(client: httpx.AsyncClient, base_url: str, log_index: int, limit: int) -> dict[str, Any]:
@@ -18,7 +18,7 @@ async def fetch_entry(client: httpx.AsyncClient, base_url: str, log_index: int, 
         raise NotVerified("the trusted root names no Rekor log to look the entry up in")
     try:
         body = await read_capped(client, rekor_lookup_url(base_url, log_index), limit, f"Rekor entry {log_index}")
-        answer = json.loads(body)
+        answer = load_json(body)
     except FetchError as exc:
         raise NotVerified(str(exc)) from None
     except ValueError as exc:
