@@ -55,6 +55,17 @@ def normalise_repository(registry: str, repository: str) -> str:
     return repository
 
 
+def spellings(registry: str, repository: str) -> tuple[str, ...]:
+    """Every name a person may write for this repository: bare and behind its registry, and on Docker Hub behind
+    each of its host aliases and, for an official image, without `library/` (`docker.io/nginx`)."""
+    on_docker_hub = api_host(registry) == DOCKER_HUB_API_HOST
+    names = [repository]
+    if on_docker_hub and repository.startswith("library/") and repository.count("/") == 1:
+        names.append(repository.removeprefix("library/"))
+    hosts = sorted(DOCKER_HUB_ALIASES) if on_docker_hub else [registry]
+    return (*names, *(f"{host}/{name}" for host in hosts for name in names))
+
+
 @dataclass(frozen=True, slots=True)
 class Repository:
     """A repository at a registry: `registry` is the API host[:port]."""

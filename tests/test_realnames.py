@@ -171,6 +171,29 @@ def test_the_shipped_signature_rule_admits_the_release_hami_signed(tmp_path: Pat
     assert summary["cdn_authorization"] == [] and summary["website_hits"] == []
 
 
+def test_a_rule_names_images_as_people_write_them_and_one_naming_nothing_is_said(tmp_path: Path, world: World) -> None:
+    """The engine names Docker Hub's images registry-1.docker.io/...; a rule written docker.io/... names them
+    too (it checked nothing before: every image went through unchecked). A rule naming no image of the run
+    is a warning."""
+    config = shipped_config(tmp_path)
+    with_shipped_signature_rule(config, world.ready["trusted_root"])
+    data = yaml.safe_load(config.read_text())
+    (rule,) = data["signatures"]["require"]
+    rule["repositories"] = ["docker.io/projecthami/hami", "index.docker.io/liangjw/*", "docker.io/nosuch/*"]
+    config.write_text(yaml.safe_dump(data))
+    env = {"ACR_PASSWORD": ACR_USER[1]}
+    done = world.mirror("sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    images = {image["name"]: image for image in json.loads(done.stdout)["images"]}
+    assert images["projecthami_hami"]["signature"]["signer"] == HAMI_IDENTITY
+    certgen = images["liangjw_kube-webhook-certgen"]
+    assert done.returncode != 0 and "not mirrored" in certgen["error"]  # unsigned: refused, nothing copied
+    assert "signature" not in images["jettech_kube-webhook-certgen"]
+    assert "signatures.require: 'docker.io/nosuch/*' names no image of this run" in done.stderr
+    assert "'docker.io/projecthami/hami' names no image" not in done.stderr
+    assert not (tmp_path / "out" / "cn-hangzhou" / "hami-ack-values.yaml").exists()
+    world.stop()
+
+
 def test_the_shipped_config_discovers_releases_at_docker_hub(tmp_path: Path, world: World) -> None:
     config = shipped_config(tmp_path)
     env = {"ACR_PASSWORD": ACR_USER[1]}

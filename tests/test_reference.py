@@ -4,6 +4,7 @@ import pytest
 
 from mirror.reference import Reference, ReferenceError, Repository, parse
 from mirror.release import VersionError, chart_version, normalise_version, version_key
+from mirror.settings.signatures import SignatureRule, SignatureSettings
 
 
 @pytest.mark.parametrize(
@@ -58,3 +59,30 @@ def test_bad_versions_are_refused(bad: str) -> None:
 def test_version_order() -> None:
     versions = ["v2.9.0", "v2.10.0", "v2.10.0-rc.1", "v2.4.1"]
     assert sorted(versions, key=version_key) == ["v2.4.1", "v2.9.0", "v2.10.0-rc.1", "v2.10.0"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "registry", "repository", "names"),
+    [
+        ("docker.io/projecthami/hami", "registry-1.docker.io", "projecthami/hami", True),
+        ("index.docker.io/projecthami/*", "registry-1.docker.io", "projecthami/hami", True),
+        ("registry-1.docker.io/projecthami/hami", "registry-1.docker.io", "projecthami/hami", True),
+        ("projecthami/*", "registry-1.docker.io", "projecthami/hami", True),
+        ("nginx", "registry-1.docker.io", "library/nginx", True),
+        ("docker.io/nginx", "registry-1.docker.io", "library/nginx", True),
+        ("docker.io/library/nginx", "registry-1.docker.io", "library/nginx", True),
+        ("docker.io/*", "registry-1.docker.io", "projecthami/hami", True),
+        ("nvcr.io/nvidia/*", "nvcr.io", "nvidia/k8s/dcgm-exporter", True),
+        ("nvidia/k8s/*", "nvcr.io", "nvidia/k8s/dcgm-exporter", True),
+        ("docker.io/nvidia/*", "nvcr.io", "nvidia/k8s/dcgm-exporter", False),
+        ("quay.io/projecthami/hami", "registry-1.docker.io", "projecthami/hami", False),
+        ("docker.io/other/*", "registry-1.docker.io", "projecthami/hami", False),
+        ("nginx", "quay.io", "library/nginx", False),  # library/ is Docker Hub's alone
+    ],
+)
+def test_a_signature_rule_names_a_repository_as_people_write_it(
+    pattern: str, registry: str, repository: str, names: bool
+) -> None:
+    rule = SignatureRule(repositories=[pattern], identity="someone", issuer="https://issuer")
+    assert rule.applies_to(registry, repository) is names
+    assert SignatureSettings(require=[rule]).unmatched([(registry, repository)]) == ([] if names else [pattern])

@@ -9,6 +9,7 @@ image it uses verified, the delivery (values, render check, publish, write).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
@@ -47,6 +48,7 @@ __all__ = ["SyncOptions", "Syncer", "discover_and_sync", "sync"]
 # holding memory (the benchmark's 50 images to three targets: peak RSS 66 MB at 32, 63 MB at 16, no slower).
 IMAGES_AT_ONCE = 16
 T = TypeVar("T")
+log = logging.getLogger("mirror")
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +272,7 @@ async def sync(
     try:
         charts = await fetch_install_charts(settings, versions, clients)
         jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
+        warn_unmatched_rules(settings, jobs)
         async with target_locks(settings, jobs, enabled=not options.dry_run):
             await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
             return await Syncer(settings, clients, options, progress, shutdown).run(jobs)
@@ -277,6 +280,14 @@ async def sync(
         if own:
             await clients.aclose()
         progress.close()
+
+
+def warn_unmatched_rules(settings: MirrorSettings, jobs: list[ReleaseJob]) -> None:
+    """A signature rule naming no image of the run checks nothing: say so, since a misspelt name would
+    otherwise let the image it meant through unchecked."""
+    repositories = {(image.source.registry, image.source.name) for job in jobs for image in job.images}
+    for pattern in settings.signatures.unmatched(repositories):
+        log.warning("signatures.require: %r names no image of this run: no signature is checked for it", pattern)
 
 
 async def discover_and_sync(

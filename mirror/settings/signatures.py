@@ -5,18 +5,21 @@
 import fnmatch
 import importlib.util
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Self
 
 from pydantic import Field, field_validator, model_validator
 
+from mirror.reference import spellings
 from mirror.settings.fields import Section, shown
 
 
 class SignatureRule(Section):
     """Images that must be signed, and by whom: checked at the source, before anything is copied."""
 
-    repositories: list[str] = Field(min_length=1)  # source repositories, globs allowed: projecthami/*
+    # source repositories, globs allowed: projecthami/*, docker.io/projecthami/hami, nginx (Docker Hub's library/nginx)
+    repositories: list[str] = Field(min_length=1)
     identity: str | None = None  # the certificate's identity, exactly (cosign --certificate-identity)
     identity_regexp: str | None = None  # or a pattern searched in it (--certificate-identity-regexp)
     issuer: str | None = None  # the OIDC issuer, exactly (--certificate-oidc-issuer)
@@ -41,8 +44,13 @@ class SignatureRule(Section):
         return self
 
     def applies_to(self, registry: str, repository: str) -> bool:
-        names = (repository, f"{registry}/{repository}")
-        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.repositories for name in names)
+        """A pattern matches any spelling of the repository (`reference.spellings`): the engine's names are
+        normalised (registry-1.docker.io, library/nginx), the config's are the ones people write."""
+        return any(self.names(pattern, registry, repository) for pattern in self.repositories)
+
+    @staticmethod
+    def names(pattern: str, registry: str, repository: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for name in spellings(registry, repository))
 
 
 class SignatureSettings(Section):
@@ -65,4 +73,15 @@ class SignatureSettings(Section):
         return self
 
     def rule_for(self, registry: str, repository: str) -> SignatureRule | None:
+        """The first rule naming the repository: rules are read in order, as written."""
         return next((r for r in self.require if r.applies_to(registry, repository)), None)
+
+    def unmatched(self, repositories: Iterable[tuple[str, str]]) -> list[str]:
+        """The patterns that name none of these (registry, repository) pairs: a rule that checks nothing."""
+        pairs = list(repositories)
+        return [
+            pattern
+            for rule in self.require
+            for pattern in rule.repositories
+            if not any(rule.names(pattern, registry, repository) for registry, repository in pairs)
+        ]
