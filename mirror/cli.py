@@ -114,7 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     sync_cmd.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     sync_cmd.add_argument("--deep", action="store_true", help="verify by re-reading every target blob's sha256")
     sync_cmd.add_argument("--force", action="store_true", help="overwrite a target tag that points elsewhere")
-    sync_cmd.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    printed = sync_cmd.add_mutually_exclusive_group()
+    printed.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    printed.add_argument(
+        "--print-files",
+        action="store_true",
+        help="after the summary, print each values and RBAC file whole between '==> PATH <==' and '<== PATH ==>'",
+    )
     sync_cmd.add_argument(
         "--notify", action="store_true", help="tell the notify channels what landed or failed (--discover always does)"
     )

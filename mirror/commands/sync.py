@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
     else:
         print_summary(results)
+    if args.print_files:
+        print_files(results)
     failures = [line for r in results for line in r.failures()]
     for line in failures:
         say(line)
@@ -77,6 +79,19 @@ def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None
     events = events_of(results)
     if events:
         asyncio.run(notify(settings.notify, events))
+
+
+def print_files(results: list[ReleaseResult]) -> None:
+    """Each values file and RBAC file the run wrote, whole, between markers naming it: a CronJob's pod and its
+    files are gone when the run ends, its log is what stays (`kubectl logs`)."""
+    for release in results:
+        for values in release.values:
+            files = [(values.path, values.text)]
+            if values.rbac_path is not None:
+                files.append((values.rbac_path, values.rbac_path.read_text(encoding="utf-8")))
+            for path, text in files:
+                body = text if text.endswith("\n") else text + "\n"
+                print(f"==> {path} <==\n{body}<== {path} ==>")
 
 
 def print_summary(results: list[ReleaseResult]) -> None:
