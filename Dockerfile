@@ -30,10 +30,10 @@ RUN pip install --no-cache-dir --no-index --find-links=/wheels "mirror[${EXTRAS}
 COPY config/mirror.yaml /etc/mirror/mirror.yaml
 # MALLOC_ARENA_MAX: the spool's file threads each grew a glibc arena; two arenas took a 50-image, three-target
 # run's peak RSS from 80 to 75 MB in the benchmark, at no cost in time
+# output_dir and state_dir are not set here: the config's defaults (out, state) are relative to the WORKDIR,
+# and a config that names its own (a mounted volume elsewhere) is not overridden by the image
 ENV MIRROR_CONFIG=/etc/mirror/mirror.yaml \
     MALLOC_ARENA_MAX=2 \
-    MIRROR_OUTPUT_DIR=/var/lib/mirror/out \
-    MIRROR_STATE_DIR=/var/lib/mirror/state \
     XDG_CACHE_HOME=/var/lib/mirror/cache \
     XDG_DATA_HOME=/var/lib/mirror/data \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -370,6 +370,53 @@ def test_the_parse_check_rejects_a_broken_expression(tmp_path: Path) -> None:
     assert checked.returncode != 0
 
 
+def test_the_dashboards_drift_is_the_alerts_drift(tmp_path: Path) -> None:
+    """Two replicas: one saw hami's tag moved, then the other verified the copy; certgen's drift came after its
+    last verified copy. The drift panels, evaluated by promtool, show what MirrorTargetDrift reads: certgen
+    drifted, hami not (plain `max(mirror_drift)` showed both for as long as the first replica ran)."""
+    panels = dict(dashboard_exprs())
+    stat, table = (
+        panels["Targets drifted (A)"],
+        next(e for w, e in dashboard_exprs() if "mirror_drift{" in e and "(B)" in w),
+    )
+    rules = tmp_path / "drift.yaml"
+    records = [
+        {"record": "panel:drifted", "expr": with_variables(stat)},
+        {"record": "panel:drift", "expr": with_variables(table)},
+    ]
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": records}]}))
+    one, two = {"job": "mirror", "instance": "10.0.0.1:8080"}, {"job": "mirror", "instance": "10.0.0.2:8080"}
+
+    def series(name: str, labels: dict[str, str], image: str, value: int) -> dict[str, str]:
+        text = ", ".join(f'{k}="{v}"' for k, v in {**labels, "image": image, "target": "t0"}.items())
+        return {"series": f"{name}{{{text}}}", "values": f"{value}x20"}
+
+    inputs = [
+        series("mirror_drift", one, "hami", 1),
+        series("mirror_drift_timestamp_seconds", one, "hami", 100),
+        series("mirror_last_success_timestamp_seconds", two, "hami", 200),
+        series("mirror_drift", two, "hami", 0),
+        series("mirror_drift", one, "certgen", 1),
+        series("mirror_drift_timestamp_seconds", one, "certgen", 300),
+        series("mirror_last_success_timestamp_seconds", two, "certgen", 200),
+    ]
+    expected = [
+        {"expr": "panel:drifted", "eval_time": "10m", "exp_samples": [{"labels": "panel:drifted", "value": 1}]},
+        {
+            "expr": "panel:drift",
+            "eval_time": "10m",
+            "exp_samples": [
+                {"labels": 'panel:drift{image="certgen", target="t0"}', "value": 1},
+                {"labels": 'panel:drift{image="hami", target="t0"}', "value": 0},
+            ],
+        },
+    ]
+    test = {"interval": "1m", "input_series": inputs, "promql_expr_test": expected}
+    (tmp_path / "drift_test.yaml").write_text(yaml.safe_dump({"rule_files": ["drift.yaml"], "tests": [test]}))
+    tested = promtool("test", "rules", "drift_test.yaml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
 def test_the_dashboard_uses_only_exported_names_and_shows_each_of_them() -> None:
     exported = exported_names()
     used: set[str] = set()
