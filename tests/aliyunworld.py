@@ -19,8 +19,10 @@ code against stand-ins that answer as the real services do:
   the SDK's `ACS3-HMAC-SHA256` signature verified for real (canonical request, signed headers,
   `x-acs-content-sha256` against the body, date skew, nonce reuse), V2 `HMAC-SHA1` RPC signatures too, with the
   secret of the calling AccessKeyId: RAM user `mirror-ci` (every `cr:` action), RAM user `no-acr` (no `cr:` action),
-  and STS keys from `mirror-acr`, which need their matching `x-acs-security-token` and lapse. A small RAM policy per
-  principal decides each action (`cr:<Action>`); a refusal is the gateway's `Forbidden.RAM` with an
+  RAM user `never-in-acr` (every `cr:` action, but it never opened the ACR console: each action answers
+  `USER_NOT_EXIST`, in the form of ACR's other refusals, HTTP 200 with IsSuccess false; the form is this world's
+  guess), and STS keys from `mirror-acr`, which need their matching `x-acs-security-token` and lapse. A small RAM
+  policy per principal decides each action (`cr:<Action>`); a refusal is the gateway's `Forbidden.RAM` with an
   `AccessDeniedDetail` naming it. Actions: GetAuthorizationToken, GetInstance, ListInstance, GetInstanceEndpoint,
   GetNamespace, ListNamespace, CreateNamespace, GetRepository, ListRepository, CreateRepository. Temporary
   logins (`TempUsername`/`AuthorizationToken`, `ExpireTime` in ms) last --login-seconds, never past the caller's STS
@@ -110,6 +112,7 @@ AUDIENCE = "sts.aliyuncs.com"
 SUBJECT = "system:serviceaccount:mirror:mirror"
 OTHER_SUBJECT = "system:serviceaccount:default:default"
 NAMESPACE = "hami-system"
+NEVER_IN_ACR = "never-in-acr"  # a RAM user ACR has never seen (Harbor's users meet USER_NOT_EXIST so)
 TEMP_USERNAME = "temp_user_cr"  # the form GetAuthorizationToken's documented example answers
 SOURCE_ADDRESS = ("127.0.0.20", 5000)
 SOURCE_IMAGE = ("projecthami/hami", "v2.10.0")
@@ -323,9 +326,9 @@ class AliyunWorld:
         )
         self.kid = base64.urlsafe_b64encode(hashlib.sha256(der).digest()).decode().rstrip("=")[:43]
         self.keys: dict[str, AccessKey] = {}
-        for key in (user_key("mirror-ci", FULL_ACR), user_key("no-acr", NO_ACR)):
+        for key in (user_key("mirror-ci", FULL_ACR), user_key("no-acr", NO_ACR), user_key(NEVER_IN_ACR, FULL_ACR)):
             self.keys[key.key_id] = key
-        self.with_permission, self.without_permission = list(self.keys.values())
+        self.with_permission, self.without_permission, self.never_in_acr = list(self.keys.values())
         self.namespaces: dict[str, Namespace] = {NAMESPACE: Namespace(NAMESPACE, "crn-" + _random(ALNUM, 16).lower())}
         self.repositories: dict[str, Repository] = {}
         self.logins: dict[str, Login] = {}  # password -> login
@@ -695,7 +698,7 @@ class AliyunWorld:
                 "User not authorized to operate on the specified resource, or this API doesn't support RAM.",
                 AccessDeniedDetail=detail,
             )
-        status, doc = handler(self, key, params)
+        status, doc = self._failure("USER_NOT_EXIST") if key is self.never_in_acr else handler(self, key, params)
         doc = {"RequestId": rid, **doc}
         with self.lock:
             self.openapi_calls.append({**record, "outcome": doc.get("Code", "success"), "status": status})
@@ -1351,6 +1354,7 @@ def main(directory: Path, login_seconds: int, sts_seconds: int, slow_blobs: floa
             for label, k in (
                 ("with_permission", world.with_permission),
                 ("without_permission", world.without_permission),
+                ("never_in_acr", world.never_in_acr),
             )
         }
         ready = {

@@ -153,3 +153,73 @@ def test_refusals_are_one_line_and_nothing_is_written(
     assert [r for r in summary["registry_requests"] if r["method"] in ("PUT", "POST", "PATCH")] == []
     for secret in secrets_of(world):
         assert secret not in done.stdout + done.stderr
+
+
+def test_the_default_chain_asks_the_sts_endpoint_rrsa_names(tmp_path: Path, world: AliyunWorld) -> None:
+    """`credentials: default` on ACK: RRSA's step of the chain goes to ALIBABA_CLOUD_STS_ENDPOINT (the VPC STS the
+    webhook injects), as `oidc_role_arn` does; the library alone would ask the public sts.aliyuncs.com."""
+    env = rrsa(world)
+    assert env["ALIBABA_CLOUD_STS_ENDPOINT"] == "sts-vpc.cn-hangzhou.aliyuncs.com"
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(config(world, tmp_path)), env=env)
+    assert done.returncode == 0, done.stderr
+    summary = world.stop()
+    assert [(call["host"], call["outcome"]) for call in summary["sts_calls"]] == [
+        ("sts-vpc.cn-hangzhou.aliyuncs.com", "ok")
+    ]
+    assert summary["leaks"] == []
+
+
+@pytest.mark.parametrize("credentials", ["oidc_role_arn", "default"])
+def test_sts_out_of_reach_is_one_line_without_the_request(tmp_path: Path, world: AliyunWorld, credentials: str) -> None:
+    """The SDK's own error for an STS it cannot reach quotes the whole request URL, the OIDC token (a JWT) in its
+    query string; the line mirror prints keeps what went wrong and none of the request."""
+    env = {**rrsa(world), "ALIBABA_CLOUD_STS_ENDPOINT": "127.0.0.1:1"}  # loopback of the world: nothing listens
+    path = config(world, tmp_path, credentials=credentials)
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=env)
+    assert done.returncode == 1, done.stderr
+    token = Path(world.ready["token_file"]).read_text().strip()
+    said = done.stdout + done.stderr
+    for secret in (token, *token.split(".")):
+        assert secret not in said
+    assert "OIDCToken" not in said and "Action=" not in said and "RoleArn=" not in said, done.stderr
+    assert "Traceback" not in said
+    lines = [line for line in done.stderr.splitlines() if line.startswith("mirror: ")]
+    assert len(lines) == 1 and "port=1" in lines[0], done.stderr
+    if credentials == "oidc_role_arn":  # the default chain's line names each of its steps first; this one is short
+        assert "Connection refused" in lines[0], lines[0]
+    assert world.stop()["sts_calls"] == []
+
+
+def test_an_sdk_error_quoting_an_answer_keeps_its_credentials_out() -> None:
+    """The credentials library quotes STS's whole answer when it lacks a field: the secret comes first."""
+    from alibabacloud_credentials.exceptions import CredentialException
+
+    from mirror.aliyun.login import describe
+
+    answer = {"Credentials": {"AccessKeySecret": "s3cret-of-the-key", "AccessKeyId": "STS.abc", "Expiration": "x"}}
+    error = CredentialException(f"error retrieving credentials from oidc_role_arn result: {json.dumps(answer)}")
+    said = describe(error)
+    assert "s3cret-of-the-key" not in said and "error retrieving credentials from oidc_role_arn" in said, said
+
+
+@pytest.mark.parametrize("case", ["unknown instance", "user ACR has never seen"])
+def test_a_refusal_that_is_not_a_missing_namespace_is_said_as_itself(
+    tmp_path: Path, world: AliyunWorld, case: str
+) -> None:
+    """INSTANCE_NOT_EXIST (a wrong instance_id) and USER_NOT_EXIST (a RAM identity that never opened the ACR
+    console) are not a missing namespace: no "create the namespace", and a dry run does not plan to create it."""
+    if case == "unknown instance":
+        env, instance, code = access_key(world), "cri-nosuchinstance0", "INSTANCE_NOT_EXIST"
+        advice = f"check registries.{HOST}.aliyun.instance_id"
+    else:
+        env, instance, code = access_key(world, "never_in_acr"), world.ready["instance_id"], "USER_NOT_EXIST"
+        advice = "open the Container Registry console once"
+    for provision, dry_run in ((False, False), (True, True)):
+        path = config(world, tmp_path, credentials="access_key", instance_id=instance, provision=provision)
+        done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), *(["--dry-run"] * dry_run), env=env)
+        assert done.returncode == 1, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.startswith("mirror: ")]
+        assert len(lines) == 1 and code in lines[0] and advice in lines[0] and instance in lines[0], done.stderr
+        assert "CreateNamespace" not in done.stderr and "would be created" not in done.stderr, done.stderr
+    actions = [call["action"] for call in world.stop()["openapi_calls"]]
+    assert "CreateNamespace" not in actions

@@ -139,7 +139,11 @@ LOAD_MISTAKES = [
     (with_changes(service={"api_token_file": "/nonexistent/token"}), "service.api_token_file", "not a readable"),
     (with_changes(database_url="mysql://x/y"), "database_url", "postgresql"),
     (
-        with_changes(registries={"registry.cn-hangzhou.aliyuncs.com": {"password_env": "MIRROR_TEST_UNSET_PASSWORD"}}),
+        with_changes(
+            registries={
+                "registry.cn-hangzhou.aliyuncs.com": {"username": "u", "password_env": "MIRROR_TEST_UNSET_PASSWORD"}
+            }
+        ),
         "registries.registry.cn-hangzhou.aliyuncs.com.password_env",
         "MIRROR_TEST_UNSET_PASSWORD is not set",
     ),
@@ -574,3 +578,47 @@ def test_password_env_that_is_set_but_blank_is_refused(
     data = with_changes(registries={"r.example": {"username": "u", "password_env": "ACR_PASSWORD"}})
     assert main(["sync", "v2.10.0", "--config", str(config_file(tmp_path, data))]) == 2
     assert "registries.r.example.password_env: the variable ACR_PASSWORD is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"password": "a-registry-password"}, "password is given without a username"),
+        ({"password_env": "ACR_PASSWORD"}, "password_env is given without a username"),
+        ({"password_file": "FILE"}, "password_file is given without a username"),
+        ({"username": "robot"}, "username is given without a password"),
+    ],
+    ids=["password", "password_env", "password_file", "username"],
+)
+def test_half_a_registry_login_is_refused_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: dict[str, str], message: str
+) -> None:
+    """The config's login is sent only as a pair: half of one would be ignored, the run going on with a docker config
+    or anonymously and its refusal naming neither."""
+    monkeypatch.setenv("ACR_PASSWORD", "a-registry-password")
+    secret = tmp_path / "password"
+    secret.write_text("a-registry-password\n")
+    entry = {key: str(secret) if value == "FILE" else value for key, value in given.items()}
+    path = config_file(tmp_path, with_changes(registries={"registry.cn-hangzhou.aliyuncs.com": entry}))
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path)
+    assert f"registries.registry.cn-hangzhou.aliyuncs.com: Value error, {message}" in str(refused.value)
+    assert "a-registry-password" not in str(refused.value)
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", " \n", "\t"])
+def test_a_password_from_a_variable_or_a_file_is_sent_as_the_load_check_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    """A Secret made from a file keeps the file's newline: the check at load does not count it, nor is it sent,
+    whether the password comes through a variable or a file."""
+    monkeypatch.setenv("ACR_PASSWORD", "s3cret-password" + ending)
+    secret = tmp_path / "password"
+    secret.write_bytes(("s3cret-password" + ending).encode())
+    logins = {
+        "env.example": {"username": "u", "password_env": "ACR_PASSWORD"},
+        "file.example": {"username": "u", "password_file": str(secret)},
+    }
+    settings = load_settings(config_file(tmp_path, with_changes(registries=logins)))
+    assert settings.registry("env.example").password_value() == "s3cret-password"
+    assert settings.registry("file.example").password_value() == "s3cret-password"

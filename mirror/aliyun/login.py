@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,10 +26,28 @@ T = TypeVar("T")
 MAX_MESSAGE = 300
 RRSA_VARIABLES = ("ALIBABA_CLOUD_ROLE_ARN", "ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "ALIBABA_CLOUD_OIDC_TOKEN_FILE")
 ACCESS_KEY_VARIABLES = ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET")
+# what an SDK's error text may carry of a request: the STS query (OIDCToken=<a JWT>, SecurityToken, Signature) in the
+# URL a connection error quotes, credentials in an answer it quotes, a JWT anywhere
+_QUERY = re.compile(r"\?[^\s'\"()<>]*=[^\s'\"()<>]*")
+_CREDENTIAL = re.compile(
+    r"(?i)\b([\w-]*(?:token|secret|signature|password)[\w-]*)([\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;()<>{}\[\]]+"
+)
+_JWT = re.compile(r"\beyJ[\w-]*\.[\w-]*\.[\w-]*")
+# ACR's codes that need a step of their own, each said with it
+ACR_REFUSALS = {
+    "USER_NOT_EXIST": "ACR has no user for this RAM identity yet: open the Container Registry console once as it "
+    "(a RAM user or role that never has gets this), then run again",
+    "INSTANCE_NOT_EXIST": "no such ACR Enterprise instance in {region}: check registries.{host}.aliyun.instance_id "
+    "and region",
+}
 
 
 class LoginError(CredentialError):
     """The RAM identity could not be had, or ACR refused it a login; one line, with the service's code."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code  # the service's error code, exactly as it answered, when it gave one
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +116,7 @@ class AcrLogin:
             body = await self.call(lambda: self._get_token(instance))
             self.instance = instance
         if not getattr(body, "is_success", True) or not body.temp_username or not body.authorization_token:
-            raise LoginError(f"ACR login for {self.options.host}: GetAuthorizationToken answered {body.code}")
+            raise self.refused("GetAuthorizationToken", instance, body.code)
         expires = int(body.expire_time or 0) / 1000 or None
         return Credentials(
             str(body.temp_username),
@@ -106,6 +125,13 @@ class AcrLogin:
             expires_at=expires,
             issued_at=time.time(),
         )
+
+    def refused(self, action: str, instance: str, code: object) -> LoginError:
+        """ACR's refusal of `action` (an answer whose IsSuccess is false, or an error) as one line naming its code."""
+        text = str(code) if code else "no code"
+        hint = ACR_REFUSALS.get(text, "").format(region=self.options.region, host=self.options.host)
+        said = f"{action} on {instance} answered {text}" + (f": {hint}" if hint else "")
+        return LoginError(f"ACR {self.options.host}: {said}", code=str(code) if code else None)
 
     def client(self) -> Any:
         """The ACR OpenAPI client (created once, in a worker thread: the SDK reads files and the environment)."""
@@ -137,7 +163,7 @@ class AcrLogin:
 
         choice = self.options.credentials
         if choice == "default":
-            return Client()  # the official default chain
+            return Client(provider=default_chain())
         if choice == "oidc_role_arn":
             config = Config(
                 type="oidc_role_arn",
@@ -171,14 +197,47 @@ class AcrLogin:
         except LoginError:
             raise
         except Exception as exc:  # the SDKs raise their own families (Tea, Dara, credentials)
-            raise LoginError(f"ACR login for {self.options.host}: {describe(exc)}") from None
+            code = getattr(exc, "code", None)
+            said = describe(exc)
+            raise LoginError(f"ACR login for {self.options.host}: {said}", str(code) if code else None) from None
+
+
+def default_chain() -> Any:
+    """The official default chain, its RRSA step sent to ALIBABA_CLOUD_STS_ENDPOINT when that is set (RRSA's webhook
+    sets the VPC one): the library builds that step with no endpoint and never reads the variable, so the chain
+    would ask the public sts.aliyuncs.com. The other steps are the library's own, in its order."""
+    from alibabacloud_credentials.provider import DefaultCredentialsProvider, OIDCRoleArnCredentialsProvider
+
+    chain = DefaultCredentialsProvider()
+    endpoint = os.environ.get("ALIBABA_CLOUD_STS_ENDPOINT")
+    if not endpoint:
+        return chain
+    steps = getattr(chain, "_DefaultCredentialsProvider__providers_chain", None)  # no public way to reach the step
+    if not isinstance(steps, list):
+        raise LoginError(
+            "this alibabacloud-credentials builds its default chain where ALIBABA_CLOUD_STS_ENDPOINT cannot reach it; "
+            "use credentials: oidc_role_arn (which passes it on)"
+        )
+    for index, step in enumerate(steps):
+        if isinstance(step, OIDCRoleArnCredentialsProvider):
+            steps[index] = OIDCRoleArnCredentialsProvider(sts_endpoint=endpoint)
+    return chain
+
+
+def scrubbed(text: str) -> str:
+    """Someone's error text with what a request carries taken out, whatever its length: a URL's query string, any
+    `token=`/`secret=`/`signature=`-like value, a JWT."""
+    text = _QUERY.sub("?<query removed>", text)
+    text = _CREDENTIAL.sub(lambda found: f"{found[1]}{found[2]}<removed>", text)
+    return _JWT.sub("<token removed>", text)
 
 
 def describe(exc: BaseException) -> str:
-    """An SDK exception as one line: its code and message, never its request (which carries signatures)."""
+    """An SDK exception as one line: its code and message, never its request (which carries signatures), cut only
+    after anything secret is taken out."""
     code = getattr(exc, "code", None)
     message = getattr(exc, "message", None) or str(exc)
-    text = " ".join(str(message).split())[:MAX_MESSAGE]
+    text = scrubbed(" ".join(str(message).split()))[:MAX_MESSAGE]
     denied = getattr(exc, "access_denied_detail", None) or getattr(exc, "accessDeniedDetail", None)
     action = denied.get("AuthAction") if isinstance(denied, dict) else None
     text += f" (the RAM policy lacks {action})" if action else ""

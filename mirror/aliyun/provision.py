@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirror.aliyun.login import AcrLogin, LoginError
+from mirror.aliyun.login import ACR_REFUSALS, AcrLogin, LoginError
 from mirror.errors import Kind
 
-MISSING_CODES = ("NOT_EXIST", "NOTEXIST", "NOT_FOUND", "NOTFOUND")
+# the code GetNamespace answers for a namespace the instance lacks (as Alibaba Cloud's terraform providers read it),
+# matched whole: USER_NOT_EXIST (a RAM identity that never opened the ACR console) or INSTANCE_NOT_EXIST say otherwise
+NAMESPACE_MISSING = frozenset({"NAMESPACE_NOT_EXIST"})
 
 
 class NamespaceMissing(LoginError):
@@ -43,13 +45,15 @@ async def _exists(login: AcrLogin, instance: str, namespace: str) -> bool:
     try:
         body: Any = await login.call(lambda: login.client().get_namespace(request).body)
     except LoginError as exc:
-        if any(code in str(exc).upper() for code in MISSING_CODES):
+        if exc.code in NAMESPACE_MISSING:
             return False
+        if exc.code in ACR_REFUSALS:
+            raise login.refused(f"GetNamespace {namespace}", instance, exc.code) from None
         raise
     if getattr(body, "is_success", True) is False:
-        if any(code in str(body.code or "").upper() for code in MISSING_CODES):
+        if body.code in NAMESPACE_MISSING:
             return False
-        raise LoginError(f"GetNamespace {namespace} on {instance}: {body.code}")
+        raise login.refused(f"GetNamespace {namespace}", instance, body.code)
     return True
 
 
@@ -61,4 +65,4 @@ async def _create(login: AcrLogin, instance: str, namespace: str) -> None:
     )
     body: Any = await login.call(lambda: login.client().create_namespace(request).body)
     if getattr(body, "is_success", True) is False:
-        raise LoginError(f"CreateNamespace {namespace} on {instance}: {body.code}")
+        raise login.refused(f"CreateNamespace {namespace}", instance, body.code)

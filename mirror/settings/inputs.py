@@ -48,6 +48,12 @@ def inline_or_file(label: str, inline: str) -> Any:
     return model_validator(mode="after")(one)
 
 
+def secret_text(raw: str) -> str:
+    """A secret as it is sent: without the whitespace around it (the newline a file, `echo` or a Secret made from a
+    file leaves), the same for a variable and a file, at the check at load and where it is used."""
+    return raw.strip()
+
+
 def read_secret_file(path: Path) -> bytes:
     with path.open("rb") as stream:
         return stream.read(MAX_SECRET_FILE_BYTES + 1).strip()
@@ -64,7 +70,7 @@ def secret_from(what: str, env: str | None, file: Path | None) -> str:
     """A secret named by an environment variable or a file, read (and checked) at load; never kept in the model."""
     one_source(what, env=env, file=file)
     if env is not None:
-        value = os.environ.get(env, "").strip()
+        value = secret_text(os.environ.get(env, ""))
         if not value:
             raise ValueError(f"{what}: the environment variable {env} is not set")
         return value
@@ -131,9 +137,10 @@ def missing_inputs(settings: MirrorSettings, environ: Mapping[str, str]) -> list
 
     def need_secret_file(key: str, path: Path | None, min_bytes: int = 1) -> None:
         text = need_file(key, path, MAX_SECRET_FILE_BYTES)
-        if text is not None and not text.strip():
+        secret = None if text is None else secret_text(text)
+        if secret == "":
             problems.append(f"{key}: {path} is empty")
-        elif text is not None and len(text.strip().encode()) < min_bytes:
+        elif secret is not None and len(secret.encode()) < min_bytes:
             problems.append(f"{key}: {path} holds fewer than {min_bytes} bytes (an empty key lets anyone sign)")
 
     need_json_file("docker_config", settings.docker_config)
@@ -143,7 +150,7 @@ def missing_inputs(settings: MirrorSettings, environ: Mapping[str, str]) -> list
             value = environ.get(registry.password_env)
             if value is None:
                 problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is not set")
-            elif not value.strip():
+            elif not secret_text(value):
                 problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is empty")
         if registry.aliyun is not None:
             problems += [f"registries.{host}.aliyun: {p}" for p in _aliyun_problems(host, registry.aliyun, environ)]

@@ -25,6 +25,7 @@ from mirror.settings.fields import (
     one_source,
     shown,
 )
+from mirror.settings.inputs import secret_text
 
 _PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*$")  # the OCI distribution spec's
 # ACR's own namespace rules: Personal Edition 2-30 of [a-z0-9_-]; Enterprise 2-120 of [a-z0-9._-]; both
@@ -88,17 +89,32 @@ class RegistrySettings(Section):
     @model_validator(mode="after")
     def _one_password(self) -> Self:
         one_source("password", password=self.password, file=self.password_file, env=self.password_env)
-        if self.aliyun is not None and (self.username or self.password or self.password_file or self.password_env):
+        given = self._password_key()
+        if self.aliyun is not None and (self.username or given):
             raise ValueError("aliyun: logs in with a RAM identity; give no username or password with it")
+        # the config's login is sent only as a pair: either half alone would be ignored, the run going on with a
+        # docker config or anonymously
+        if given and not self.username:
+            raise ValueError(f"{given} is given without a username: give username too")
+        if self.username and not given:
+            raise ValueError(
+                "username is given without a password: give password_env, password_file or password too (or leave "
+                "both out to use a docker config or its credential helper)"
+            )
         return self
+
+    def _password_key(self) -> str | None:
+        keys = {"password": self.password, "password_file": self.password_file, "password_env": self.password_env}
+        return next((key for key, value in keys.items() if value is not None), None)
 
     def password_value(self) -> str | None:
         if self.password is not None:
             return self.password.get_secret_value()
         if self.password_env is not None:
-            return os.environ.get(self.password_env)
+            value = os.environ.get(self.password_env)
+            return None if value is None else secret_text(value)
         if self.password_file is not None:
-            return self.password_file.read_text(encoding="utf-8").rstrip("\r\n")
+            return secret_text(self.password_file.read_text(encoding="utf-8"))
         return None
 
 
