@@ -219,6 +219,28 @@ def test_dockerhub_push_webhook(service: Service, source: LocalRegistry) -> None
     assert service.wait_done(answer.json()["id"])["state"] == "succeeded"
 
 
+def test_the_dockerhub_token_may_come_from_a_file(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> None:
+    """`webhook.dockerhub_token_file`: the token in a mounted Secret rather than in the ConfigMap, its newline
+    (a Secret made from a file) not part of it."""
+    seed_release(source)
+    config = service_config(tmp_path, source, target)
+    data = yaml.safe_load(config.read_text())
+    token_file = tmp_path / "dockerhub-token"
+    token_file.write_text(DOCKERHUB_TOKEN + "\n")
+    data["webhook"] = {"secret": SECRET, "dockerhub_token_file": str(token_file)}
+    config.write_text(yaml.safe_dump(data))
+    running = Service(config, free_port())
+    running.start()
+    try:
+        push = json.dumps({"push_data": {"tag": VERSION}, "repository": {"repo_name": "projecthami/hami"}}).encode()
+        assert running.post(f"/hooks/dockerhub/{DOCKERHUB_TOKEN}x", push).status_code == 401
+        answer = running.post(f"/hooks/dockerhub/{DOCKERHUB_TOKEN}", push)
+        assert answer.status_code == 202, answer.text
+        assert running.wait_done(answer.json()["id"])["state"] == "succeeded"
+    finally:
+        assert running.stopped_cleanly()
+
+
 def test_pre_releases_published_or_pushed_are_answered_and_not_queued(service: Service) -> None:
     """discovery.prereleases is off (the default): a GitHub release marked pre-release, one named `-rc.1`, and a
     Docker Hub push of an `-rc.1` tag are answered and queue nothing, as discovery would leave them out; a tag

@@ -134,6 +134,11 @@ LOAD_MISTAKES = [
     (with_changes(webhook={"secret": ""}), "webhook.secret", "at least 16 bytes"),
     (with_changes(webhook={"secret": "short"}), "webhook.secret", "at least 16 bytes"),
     (with_changes(webhook={"dockerhub_token": "abc"}), "webhook.dockerhub_token", "at least 16 bytes"),
+    (
+        with_changes(webhook={"dockerhub_token": "d" * 20, "dockerhub_token_file": "/etc/hostname"}),
+        "webhook",
+        "dockerhub token",
+    ),
     (with_changes(webhook={"secret_file": "/nonexistent/secret"}), "webhook.secret_file", "not a readable file"),
     (with_changes(service={"api_token": "tiny"}), "service.api_token", "at least 16 bytes"),
     (with_changes(service={"api_token_file": "/nonexistent/token"}), "service.api_token_file", "not a readable"),

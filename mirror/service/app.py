@@ -132,9 +132,8 @@ async def ci_hook(request: Request) -> Response:
 
 async def dockerhub_hook(request: Request) -> Response:
     settings: MirrorSettings = request.app.state.settings
-    token = settings.webhook.dockerhub_token
     try:
-        check_token(token.get_secret_value() if token else None, request.path_params["token"])
+        check_token(request.app.state.dockerhub_token, request.path_params["token"])
         version = dockerhub_version(settings, await read_body(request, settings.webhook.max_body))
     except HookError as exc:
         return error(exc.status, str(exc))
@@ -242,9 +241,10 @@ async def readyz(request: Request) -> Response:
 
 def webhook_status(settings: MirrorSettings) -> str:
     hook = settings.webhook
-    kinds = [name for name, on in (("ci", hook.secret or hook.secret_file), ("dockerhub", hook.dockerhub_token)) if on]
+    doors = (("ci", hook.secret or hook.secret_file), ("dockerhub", hook.dockerhub_token or hook.dockerhub_token_file))
+    kinds = [name for name, on in doors if on]
     if not kinds:
-        return "disabled: neither webhook.secret(_file) nor webhook.dockerhub_token is configured"
+        return "disabled: neither webhook.secret(_file) nor webhook.dockerhub_token(_file) is configured"
     return "enabled: " + ", ".join(kinds)
 
 
@@ -258,6 +258,7 @@ def create_app(settings: MirrorSettings) -> Starlette:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         app.state.settings = settings
         app.state.api_token = settings.service.api_token_value()
+        app.state.dockerhub_token = settings.webhook.dockerhub_token_value()
         app.state.store = JobStore(store_url(settings))
         if not app.state.store.postgres:
             log.info("job store: SQLite, for one replica only (set database_url to PostgreSQL for several)")

@@ -49,8 +49,8 @@ def check_signature(secret: bytes | None, body: bytes, header: str | None) -> No
         raise HookError(401, "bad signature")
 
 
-def check_token(expected: str | None, given: str) -> None:
-    if expected is None or not hmac.compare_digest(expected.encode(), given.encode()):
+def check_token(expected: bytes | None, given: str) -> None:
+    if expected is None or not hmac.compare_digest(expected, given.encode()):
         raise HookError(401, "unknown webhook token")
 
 

@@ -155,6 +155,7 @@ def missing_inputs(settings: MirrorSettings, environ: Mapping[str, str]) -> list
         if registry.aliyun is not None:
             problems += [f"registries.{host}.aliyun: {p}" for p in _aliyun_problems(host, registry.aliyun, environ)]
     need_secret_file("webhook.secret_file", settings.webhook.secret_file, MIN_SECRET_BYTES)
+    need_secret_file("webhook.dockerhub_token_file", settings.webhook.dockerhub_token_file, MIN_SECRET_BYTES)
     need_secret_file("service.api_token_file", settings.service.api_token_file, MIN_SECRET_BYTES)
     need_json_file("signatures.trusted_root", settings.signatures.trusted_root)
     return problems

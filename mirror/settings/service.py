@@ -80,13 +80,18 @@ class WebhookSettings(Section):
     secret: SecretStr | None = None  # HMAC-SHA256 key for X-Hub-Signature-256
     secret_file: Path | None = None
     dockerhub_token: SecretStr | None = None  # the <token> in POST /hooks/dockerhub/<token>
+    dockerhub_token_file: Path | None = None  # or in a file: a mounted Secret, kept out of the ConfigMap
     max_body: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
 
     _strong = strong_secrets("secret", "dockerhub_token")
     _one_secret = inline_or_file("webhook secret", "secret")
+    _one_dockerhub_token = inline_or_file("dockerhub token", "dockerhub_token")
 
     def secret_value(self) -> bytes | None:
         return secret_bytes(self.secret, self.secret_file)
+
+    def dockerhub_token_value(self) -> bytes | None:
+        return secret_bytes(self.dockerhub_token, self.dockerhub_token_file)
 
 
 class ServiceSettings(Section):
