@@ -4,13 +4,18 @@ Tokens are cached per (realm, service, scope set) and fetched once however many 
 one at the same moment. Once a registry has challenged, later requests carry a token up front, so a
 streamed upload (which cannot be replayed) never meets a challenge. A request that is refused again right
 after a fresh token fails at once with "access denied": no loops.
+
+Credentials go only to the registry's own origin, its scheme included: an https registry's never go over plain
+HTTP, neither to a Location on its own host name nor to a token realm.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
 
 import httpx
 
@@ -20,6 +25,7 @@ from mirror.registry.credentials import Credentials
 from mirror.registry.errors import MAX_ERROR_BODY, RegistryError, parse_error_body
 from mirror.registry.retry import replayable
 from mirror.registry.tokens import MAX_TOKEN_RESPONSE, Token, TokenCache, TokenKey, parse_token_response, token_request
+from mirror.untrusted import clip
 
 CredentialSource = Callable[[str | None], Awaitable[Credentials | None]]  # given the challenge's service
 MAX_ROUNDS = 3
@@ -36,7 +42,8 @@ class AuthError(RegistryError):
 
 
 class _LeaderGone(Exception):
-    """The request that was fetching a shared token was cancelled: a waiter fetches it itself."""
+    """The request that was loading the credentials, or fetching a shared token, was cancelled: a waiter does it
+    itself."""
 
 
 async def _follow(waiter: asyncio.Future[Token]) -> Token | None:
@@ -50,12 +57,13 @@ async def _follow(waiter: asyncio.Future[Token]) -> Token | None:
 class RegistryAuth(httpx.Auth):
     """Authentication for one registry host. Requests to other hosts (a CDN, an upload host) pass untouched."""
 
-    def __init__(self, host: str, credentials: CredentialSource) -> None:
+    def __init__(self, host: str, credentials: CredentialSource, scheme: str = "https") -> None:
         self.host = host
+        self._scheme = scheme  # the registry's: credentials go to its host over this scheme only
         self._load_credentials = credentials
         self._credentials: Credentials | None = None
         self._credentials_loaded = False
-        self._credentials_lock = asyncio.Lock()
+        self._loading: asyncio.Future[Credentials | None] | None = None  # the load under way, its answer shared
         self._bearer: tuple[str, str] | None = None  # (realm, service) once the registry challenged
         self._basic = False
         self._tokens = TokenCache()
@@ -71,27 +79,56 @@ class RegistryAuth(httpx.Auth):
         return self._bearer is not None or self._basic
 
     @classmethod
-    def anonymous(cls, host: str) -> RegistryAuth:
+    def anonymous(cls, host: str, scheme: str) -> RegistryAuth:
         """For a host we were redirected to: its own token flow, never our credentials."""
 
         async def no_credentials(service: str | None) -> None:
             return None
 
-        return cls(host, no_credentials)
+        return cls(host, no_credentials, scheme)
 
     async def credentials(self, refused: Credentials | None = None) -> Credentials | None:
         """Loaded once, when first needed; a temporary login again before it lapses, or once the realm refused
-        it (`refused`), whichever comes first. Concurrent callers wait for one load."""
-        async with self._credentials_lock:
-            current = self._credentials
-            stale = current is not None and (current is refused or current.due_for_renewal(time.time()))
-            if not self._credentials_loaded or stale:
-                self._credentials = await self._load_credentials(self._bearer[1] if self._bearer else None)
-                self._credentials_loaded = True
+        it (`refused`), whichever comes first. Concurrent callers share one load, and its failure: a credential
+        helper that timed out is asked once for every request waiting on it, and again only by a later one."""
+        while (loading := self._loading) is not None or not self._current(refused):
+            if loading is None:
+                return await self._load()
+            with contextlib.suppress(_LeaderGone):  # its caller was cancelled: look again
+                await asyncio.shield(loading)
         return self._credentials
 
+    def _current(self, refused: Credentials | None) -> bool:
+        """Are the loaded credentials (or their absence) still the ones to use?"""
+        current = self._credentials
+        stale = current is not None and (current is refused or current.due_for_renewal(time.time()))
+        return self._credentials_loaded and not stale
+
+    async def _load(self) -> Credentials | None:
+        """Ask the credential source, for this caller and for every caller that comes while it answers."""
+        loading = self._loading = asyncio.get_running_loop().create_future()
+        loading.add_done_callback(_retrieve)
+        try:
+            credentials = await self._load_credentials(self._bearer[1] if self._bearer else None)
+        except Exception as exc:
+            loading.set_exception(exc)
+            raise
+        except BaseException:
+            loading.set_exception(_LeaderGone())
+            raise
+        finally:
+            self._loading = None
+        self._credentials, self._credentials_loaded = credentials, True
+        loading.set_result(credentials)
+        return credentials
+
+    def _ours(self, url: httpx.URL) -> bool:
+        """Is `url` at the registry's origin, its scheme included? A Location on its host name that drops https
+        gets no credentials."""
+        return url.netloc.decode("ascii") == self.host and url.scheme == self._scheme
+
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
-        if request.url.netloc.decode("ascii") != self.host:
+        if not self._ours(request.url):
             yield request
             return
         scopes = scopes_for(request)
@@ -108,18 +145,18 @@ class RegistryAuth(httpx.Auth):
                     if waiter is not None:
                         token = await _follow(waiter)  # None: its leader gave up; ask again
                         continue
-                    future = self._pending[key] = asyncio.get_running_loop().create_future()
-                    future.add_done_callback(_retrieve)
+                    future = self._lead(key)
                     try:
                         credentials = await self.credentials()
-                        token_response = yield token_request(key, credentials)
+                        token_response = yield self._token_request(key, credentials, request)
                         if token_response.status_code == 401 and credentials and credentials.expires_at:
                             # a temporary login the realm no longer takes (lapsed early, revoked): once more
                             await token_response.aclose()
-                            token_response = yield token_request(key, await self.credentials(refused=credentials))
+                            credentials = await self.credentials(refused=credentials)
+                            token_response = yield self._token_request(key, credentials, request)
                         token = await self._accept_token(token_response, key, request)
                         future.set_result(token)
-                    except AuthError as exc:
+                    except Exception as exc:  # a refusal, or credentials that could not be had: the same for all
                         future.set_exception(exc)
                         raise
                     except BaseException:
@@ -140,6 +177,20 @@ class RegistryAuth(httpx.Auth):
             if again[1]:  # a bearer challenge: a token for these scopes other than the one refused (if any)
                 scopes, refused = again[0], request.headers.get("Authorization")
         await self._deny(request, None)
+
+    def _lead(self, key: TokenKey) -> asyncio.Future[Token]:
+        """This request fetches the token for `key`; others that want it meanwhile wait for the returned future."""
+        future = self._pending[key] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_retrieve)
+        return future
+
+    def _token_request(self, key: TokenKey, credentials: Credentials | None, request: httpx.Request) -> httpx.Request:
+        """The realm's request, refused before it is sent when it would carry an https registry's credentials in
+        clear (a realm on plain HTTP). Anonymous, it goes wherever the realm is."""
+        if credentials is not None and self._scheme == "https" and httpx.URL(key.realm).scheme != "https":
+            message = f"the token realm {clip(key.realm)} is not https: credentials are not sent there in clear"
+            raise AuthError(self.host, repository_of(request) or "", 401, "", message)
+        return token_request(key, credentials)
 
     def _cached(self, key: TokenKey, refused: str | None) -> Token | None:
         """The cached token for `key`, unless it is the one the registry just refused, however fresh it looks. A
@@ -225,6 +276,6 @@ class RegistryAuth(httpx.Auth):
         return f" (credentials from {credentials.origin})" if credentials is not None and credentials.origin else ""
 
 
-def _retrieve(future: asyncio.Future[Token]) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()

@@ -61,7 +61,7 @@ class Redirects:
         key = (url.scheme, url.netloc.decode("ascii"))
         auth = self._foreign.get(key)
         if auth is None:
-            auth = self._foreign[key] = RegistryAuth.anonymous(key[1])
+            auth = self._foreign[key] = RegistryAuth.anonymous(key[1], key[0])
         return auth
 
     @asynccontextmanager

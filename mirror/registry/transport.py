@@ -60,7 +60,7 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
             options.on_retry_status,
             options.max_connections,
         ),
-        auth=RegistryAuth(host, credentials),
+        auth=RegistryAuth(host, credentials, "http" if options.plain_http else "https"),
         headers={"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPTED_CODINGS},
         timeout=httpx.Timeout(options.read_timeout, connect=options.connect_timeout),
         follow_redirects=False,

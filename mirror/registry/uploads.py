@@ -1,6 +1,10 @@
 """Blob uploads to one registry host, the push side of the OCI distribution API: a session started (or the
 blob mounted from another repository), the bytes sent in one PUT or in PATCH chunks, a session asked how much
-it holds, a session abandoned. `RegistryClient` is this and the read side."""
+it holds, a session abandoned. `RegistryClient` is this and the read side.
+
+An https registry's upload session must be on https: a registry behind a proxy that ends TLS, building its
+URLs from the plain request it was handed, answers with an `http://` Location on its own host name. That is
+refused: the blob would go in clear (auth.py keeps the credentials off it either way)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import httpx
 from mirror.registry.body import released
 from mirror.registry.errors import RegistryError, raise_for_response
 from mirror.registry.host import RegistryHost
+from mirror.untrusted import clip
 
 CANCEL_TIMEOUT = 10.0
 
@@ -50,7 +55,7 @@ class BlobUploads(RegistryHost):
         location = response.headers.get("Location")
         if not location:
             raise RegistryError("start upload", where, response.status_code, "", "no Location in the answer")
-        return UploadSession(self.http.base_url.join(location))
+        return self._session_at(location, response, "start upload", where)
 
     async def finish_upload(
         self,
@@ -91,7 +96,7 @@ class BlobUploads(RegistryHost):
             },
         )
         await raise_for_response(response, "upload chunk", where)
-        next_session = self._next_session(session, response)
+        next_session = self._next_session(session, response, "upload chunk", where)
         received = _range_end(response.headers.get("Range"))
         return next_session, received if received is not None else offset + size
 
@@ -102,7 +107,8 @@ class BlobUploads(RegistryHost):
         if response.status_code == 404:
             return None
         await raise_for_response(response, "check upload", where)
-        return self._next_session(session, response), _range_end(response.headers.get("Range")) or 0
+        next_session = self._next_session(session, response, "check upload", where)
+        return next_session, _range_end(response.headers.get("Range")) or 0
 
     async def cancel_upload(self, repository: str, session: UploadSession) -> bool:
         """Abandon an upload session so the registry can drop what it holds (best effort: a registry may not
@@ -114,9 +120,21 @@ class BlobUploads(RegistryHost):
             return False
         return response.status_code in (200, 202, 204)
 
-    def _next_session(self, session: UploadSession, response: httpx.Response) -> UploadSession:
+    def _next_session(self, session: UploadSession, response: httpx.Response, action: str, where: str) -> UploadSession:
         location = response.headers.get("Location")
-        return UploadSession(self.http.base_url.join(location)) if location else session
+        return self._session_at(location, response, action, where) if location else session
+
+    def _session_at(self, location: str, response: httpx.Response, action: str, where: str) -> UploadSession:
+        """The session a Location names; refused when it would take an https registry's blob over plain HTTP."""
+        url = self.http.base_url.join(location)
+        if self.http.base_url.scheme == "https" and url.scheme != "https":
+            shown = clip(str(url.copy_with(query=None)))
+            message = (
+                f"the upload session is at {shown}, not https: refused, the blob would go in clear"
+                " (a proxy ending TLS without sending X-Forwarded-Proto: https?)"
+            )
+            raise RegistryError(action, where, response.status_code, "", message)
+        return UploadSession(url)
 
     async def push_blob(self, repository: str, digest: str, data: bytes) -> None:
         session = await self.start_upload(repository)
