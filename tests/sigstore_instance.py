@@ -39,6 +39,7 @@ BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 
 _ISSUER_V1 = ObjectIdentifier("1.3.6.1.4.1.57264.1.1")
 _ISSUER_V2 = ObjectIdentifier("1.3.6.1.4.1.57264.1.8")
+_SIGSTORE_OTHERNAME = ObjectIdentifier("1.3.6.1.4.1.57264.1.7")
 _SCT_LIST = ObjectIdentifier("1.3.6.1.4.1.11129.2.4.2")
 _START = "2020-01-01T00:00:00Z"
 
@@ -61,8 +62,20 @@ def _sign(key: ec.EllipticCurvePrivateKey, data: bytes) -> bytes:
 
 def _der_utf8(text: str) -> bytes:
     raw = text.encode()
-    assert len(raw) < 128
-    return bytes([0x0C, len(raw)]) + raw
+    if len(raw) < 128:
+        return bytes([0x0C, len(raw)]) + raw
+    size = len(raw).to_bytes((len(raw).bit_length() + 7) // 8, "big")
+    return bytes([0x0C, 0x80 | len(size)]) + size + raw
+
+
+def _subject_alternative_name(identity: str) -> x509.GeneralName:
+    """As Fulcio names the signer: a URI (a CI workflow, SPIFFE), an e-mail address, else (a `username` issuer's
+    `user!host`) Sigstore's own OtherName, whose value is a DER UTF8String."""
+    if "://" in identity:
+        return x509.UniformResourceIdentifier(identity)
+    if "@" in identity:
+        return x509.RFC822Name(identity)
+    return x509.OtherName(_SIGSTORE_OTHERNAME, _der_utf8(identity))
 
 
 def _der_octets(raw: bytes) -> bytes:
@@ -172,7 +185,7 @@ class SigstoreInstance:
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self.fulcio_key.public_key()), critical=False
             )
-            .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(identity)]), critical=True)
+            .add_extension(x509.SubjectAlternativeName([_subject_alternative_name(identity)]), critical=True)
             .add_extension(x509.UnrecognizedExtension(_ISSUER_V1, issuer.encode()), critical=False)
             .add_extension(x509.UnrecognizedExtension(_ISSUER_V2, _der_utf8(issuer)), critical=False)
         )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from mirror.demo.localregistry import LocalRegistry
@@ -22,7 +23,7 @@ from mirror.engine.sync import SyncOptions, sync
 from mirror.oci import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
 from mirror.progress import Progress
 from mirror.reference import api_host
-from mirror.registry import RegistryClient
+from mirror.registry import RegistryClient, RegistryError
 from mirror.report import ReleaseResult
 from mirror.settings import MirrorSettings, load_settings
 from tests.referrersfront import ReferrersFront, stored_referrers
@@ -286,3 +287,68 @@ def test_a_target_with_the_referrers_api_lists_what_was_carried_and_gets_no_fall
     sync_through(settings, [again])
     assert writes(requests_since(target, mark)) == []
     assert f"/v2/mirrored/hami/referrers/{signed.subject}" in again.asked
+
+
+def test_every_page_of_a_source_referrers_listing_is_carried(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """The spec lets a registry page the listing (`Link: <...>; rel="next"`): a signature, an attestation and an
+    SBOM, one per page, all go across and all are listed in the target's fallback index."""
+    hami, _ = seed_release(source)
+    subject = {"mediaType": OCI_INDEX, "digest": hami.digest, "size": len(hami.manifests[hami.digest])}
+    signed = with_client(source, lambda c: sign(c, "projecthami/hami", subject))
+
+    async def more(client: RegistryClient) -> list[str]:
+        builder = SampleBuilder(client, "projecthami/hami", seed=5)
+        pushed = []
+        for kind in ("application/vnd.in-toto+json", "application/spdx+json"):
+            doc = {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "artifactType": kind,
+                "config": await builder.blob(b"{}", OCI_EMPTY),
+                "layers": [await builder.blob(kind.encode(), kind)],
+                "subject": subject,
+            }
+            pushed.append((await builder.manifest(doc))["digest"])
+        return pushed
+
+    others = with_client(source, more)
+    front = ReferrersFront(source, hidden_tags=[fallback_tag(hami.digest)], page_size=1)
+    result = sync_through(load_settings(write_config(tmp_path / "mirror.yaml", source, [target])), [front])
+
+    hami_result = next(i for i in result.images if i.name == "hami").targets[0]
+    assert hami_result.verified and hami_result.referrers is not None
+    listed = sorted([signed.bundle, *others])
+    carried = hami_result.referrers.carried
+    assert sorted(c["digest"] for c in carried if c["via"] == "referrers") == listed
+    assert {c["kind"] for c in carried if c["via"] == "referrers"} == {"signature", "attestation", "sbom"}
+    written = json.loads(manifest_bytes(target, "mirrored/hami", fallback_tag(hami.digest)))
+    assert sorted(m["digest"] for m in written["manifests"]) == listed
+    pages = [p for p in front.asked if p == f"/v2/projecthami/hami/referrers/{hami.digest}"]
+    assert len(pages) == 3  # the path of each page; the query says which
+
+
+def test_a_referrers_listing_that_never_ends_is_refused() -> None:
+    """Each page naming another: the listing stops at a bound and says so, rather than reading forever."""
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        page = int(request.url.params.get("page", "0"))
+        entry = {"mediaType": OCI_MANIFEST, "digest": "sha256:" + f"{page:064x}", "size": 2}
+        doc = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
+        headers = {"Content-Type": OCI_INDEX, "Link": f'<?page={page + 1}>; rel="next"'}
+        return httpx.Response(200, headers=headers, content=json.dumps(doc).encode())
+
+    async def go() -> None:
+        http = httpx.AsyncClient(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(answer))
+        client = RegistryClient("127.0.0.1:9", http)
+        try:
+            with pytest.raises(RegistryError, match="more than 100 pages"):
+                await client.list_referrers("projecthami/hami", "sha256:" + "e" * 64)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+    assert len(asked) == 100 and asked[-1].endswith("?page=99")

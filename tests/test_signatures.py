@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sigstore.models import Bundle, TrustedRoot
 from sigstore.verify import Verifier
@@ -277,3 +278,61 @@ def test_an_attestation_bundle_is_not_taken_for_a_signature(
     code, report, _ = sync_json(config(tmp_path, source, target), capsys, VERSION)
     assert code != 0
     assert "not an image signature" in image(report, "hami")["signature"]["refused"]
+
+
+def test_a_signature_that_cannot_be_read_is_passed_over_for_the_next(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The source's fallback index lists first a signature deleted since (a stale entry: the tool that deleted
+    it did not update the index), then HAMi's: the first counts as not verifying, the second holds."""
+    subject = hami_subject(source)
+    stale_bundle = sigstore.sign_image(subject["digest"])
+    stale = with_client(source, lambda c: push_signature(c, "projecthami/hami", subject, stale_bundle))
+    good = with_client(
+        source, lambda c: push_signature(c, "projecthami/hami", subject, sigstore.sign_image(subject["digest"]))
+    )
+    sizes = {digest: len(manifest_bytes(source, "projecthami/hami", digest)) for digest in (stale, good)}
+    entries = [{"mediaType": OCI_MANIFEST, "digest": d, "size": n, "artifactType": BUNDLE} for d, n in sizes.items()]
+    index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
+    url = f"{source.url}/v2/projecthami/hami/manifests/"
+    put = httpx.put(url + fallback_tag(subject["digest"]), content=index, headers={"Content-Type": OCI_INDEX})
+    assert put.status_code == 201
+    assert httpx.delete(url + stale).status_code == 202
+
+    code, report, err = sync_json(config(tmp_path, source, target), capsys, VERSION)
+    assert code == 0, err
+    hami = image(report, "hami")
+    assert hami["signature"]["signer"] == HAMI_IDENTITY
+    assert manifest_digest(target, "mirrored/hami", VERSION) == subject["digest"]
+    (left_out,) = hami["targets"][0]["referrers"]["left_out"]
+    assert left_out["digest"] == stale
+
+
+def test_a_corrupt_signature_at_the_target_sends_the_check_to_the_source(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    sigstore: SigstoreInstance,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A re-run checks the target's copy of the signature: where its bundle's bytes there no longer hash to
+    their digest (a disk's fault, a truncated write), the source's are checked instead."""
+    subject = hami_subject(source)
+    referrer = with_client(
+        source, lambda c: push_signature(c, "projecthami/hami", subject, sigstore.sign_image(subject["digest"]))
+    )
+    code, _, err = sync_json(config(tmp_path, source, target), capsys, VERSION)
+    assert code == 0, err
+    layer = json.loads(manifest_bytes(target, "mirrored/hami", referrer))["layers"][0]
+    stored = target.blob_path(layer["digest"])
+    stored.write_bytes(stored.read_bytes()[: layer["size"] // 2].ljust(layer["size"], b" "))
+
+    mark = len(source.access_log())
+    code, report, err = sync_json(config(tmp_path, source, target), capsys, VERSION)
+    assert code == 0, err
+    assert image(report, "hami")["signature"]["via"] == "referrers"  # at the source, not "referrers at t0"
+    assert f"/v2/projecthami/hami/blobs/{layer['digest']}" in [e.path for e in requests_since(source, mark)]

@@ -1,7 +1,12 @@
 """Who must have signed, matched on certificates made by the tests' Fulcio: exact values, patterns searched as
-cosign searches them, the issuer read from Fulcio's v2 extension (a DER UTF8String) or the older raw one."""
+cosign searches them, the issuer read from Fulcio's v2 extension (a DER UTF8String) or the older raw one, the
+identity from a URI, an e-mail or Sigstore's OtherName SAN (a DER UTF8String too)."""
 
 from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -9,7 +14,12 @@ from cryptography.x509 import Certificate
 from sigstore.errors import VerificationError
 
 from mirror.signing.policy import Expected, SignerPolicy, _der_utf8, certificate_identities, certificate_issuer
+from mirror.signing.verify import Trust, verify_bundle
 from tests.sigstore_instance import GITHUB_ISSUER, HAMI_IDENTITY, SigstoreInstance
+
+# Fulcio's `username` issuer type names the signer `<user>!<issuer host>` in an OtherName SAN
+USERNAME_ISSUER = "https://oidc.example.test"
+USERNAME_IDENTITY = "hami-release!oidc.example.test"
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +59,24 @@ def test_der_utf8_strings_short_and_long() -> None:
     assert _der_utf8(b"\x0c\x03abc") == "abc"
     long = "x" * 200
     assert _der_utf8(b"\x0c\x81\xc8" + long.encode()) == long
-    for bad in (b"\x04\x03abc", b"\x0c\x05abc", b"\x0c"):
+    for bad in (b"\x04\x03abc", b"\x0c\x05abc", b"\x0c", b"\x0c\x80", b"\x0c\x02\xff\xfe"):
         with pytest.raises(ValueError):
             _der_utf8(bad)
+
+
+@pytest.mark.parametrize("identity", [USERNAME_IDENTITY, "x" * 200 + "!oidc.example.test"])  # short, long length
+def test_an_othername_identity_is_the_text_it_holds_and_matches_exactly(identity: str) -> None:
+    cert = SigstoreInstance().certificate(ec.generate_private_key(ec.SECP256R1()), identity, USERNAME_ISSUER)
+    assert certificate_identities(cert) == {identity}
+    SignerPolicy(Expected(identity), Expected(USERNAME_ISSUER)).verify(cert)
+    SignerPolicy(Expected(f"^{re.escape(identity)}$", pattern=True), Expected(USERNAME_ISSUER)).verify(cert)
+
+
+def test_a_bundle_signed_for_an_othername_identity_verifies_under_an_exact_rule(tmp_path: Path) -> None:
+    """Through sigstore-python's Verifier, as the gate runs it: the whole bundle, then the policy."""
+    instance = SigstoreInstance()
+    (tmp_path / "trusted_root.json").write_text(json.dumps(instance.trusted_root()))
+    digest = "sha256:" + "a" * 64
+    bundle = instance.sign_image(digest, identity=USERNAME_IDENTITY, issuer=USERNAME_ISSUER)
+    policy = SignerPolicy(Expected(USERNAME_IDENTITY), Expected(USERNAME_ISSUER))
+    assert verify_bundle(Trust.load(tmp_path / "trusted_root.json"), bundle, digest, policy) == USERNAME_IDENTITY

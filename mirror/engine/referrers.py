@@ -5,14 +5,17 @@ else the `sha256-<hex>` fallback tag index) and cosign's older tags (`sha256-<he
 Each artifact is copied by digest (its blobs through the same transfers as the images), the older tags
 pushed last. At the target, a registry with the referrers API indexes the artifacts by their `subject`;
 for one without, the `sha256-<hex>` fallback index is maintained as the distribution spec describes (the
-source's own bytes when it carried the same set). An artifact the target refuses for its manifest class is
-left out and reported (`attestations: auto`), or fails the copy (`keep`).
+source's own bytes when it carried the same set and the target listed nothing else; what other tools listed
+there is kept). An artifact the target refuses for its manifest class is left out and reported
+(`attestations: auto`), or fails the copy (`keep`); one the source cannot serve is left out and reported; an
+older tag to which signatures were added at the target is left as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +26,14 @@ from mirror.engine.statecache import ManifestCache
 from mirror.engine.tasks import gather_or_raise
 from mirror.engine.tree import ManifestTree
 from mirror.engine.upload import BlobOrigin
-from mirror.oci import OCI_INDEX, Descriptor, Manifest
+from mirror.oci import OCI_INDEX, Descriptor, Manifest, ManifestError
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
+from mirror.untrusted import load_json
+
+log = logging.getLogger("mirror")
 
 LEGACY_TAGS = {".sig": "signature", ".att": "attestation", ".sbom": "sbom"}
+UNREADABLE_MANIFEST = "MANIFEST_INVALID"  # what the client says of bytes it fetched but cannot read as a manifest
 
 
 def fallback_tag(digest: str) -> str:
@@ -56,7 +63,7 @@ def kind_of(entry: dict[str, Any], manifest: Manifest | None = None) -> str:
 
 def index_entries(index: Manifest) -> list[dict[str, Any]]:
     """The descriptors an index lists, as written (artifactType and annotations kept)."""
-    return [e for e in json.loads(index.raw).get("manifests", []) if isinstance(e, dict)]
+    return [e for e in load_json(index.raw).get("manifests") or [] if isinstance(e, dict)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,25 +176,21 @@ async def carry_referrers(
     found: Found,
     attestations: str,
 ) -> Carried:
-    """Copy everything `find_referrers` found for `digest` from the source to the target repository."""
+    """Copy everything `find_referrers` found for `digest` from the source to the target repository. One that
+    cannot go across is left out, logged and reported with why, and the rest carried."""
     report = Carried()
     carried: list[Referrer] = []
+    keep = attestations == "keep"
     reasons = await asyncio.gather(
-        *(_copy_artifact(source, target, target_repository, blobs, r) for r in found.referrers)
+        *(_copy_artifact(source, target, target_repository, blobs, r, keep) for r in found.referrers)
     )
     for referrer, reason in zip(found.referrers, reasons, strict=True):
         if reason is None:
             carried.append(referrer)
             report.carried.append(referrer.to_json())
-        elif attestations == "keep":
-            raise RegistryError(
-                "push referrer",
-                target.where(target_repository, referrer.digest),
-                403,
-                "DENIED",
-                f"{reason} (with attestations: keep every referrer must go through; auto leaves it out)",
-            )
         else:
+            where = target.where(target_repository, digest)
+            log.warning("%s: %s %s (%s) left out: %s", where, referrer.kind, referrer.digest, referrer.via, reason)
             report.left_out.append({**referrer.to_json(), "reason": reason})
     listed = [r for r in carried if r.via == "referrers"]
     if listed and await target.list_referrers(target_repository, digest) is None:
@@ -196,25 +199,69 @@ async def carry_referrers(
 
 
 async def _copy_artifact(
+    source: ArtifactSource,
+    target: RegistryClient,
+    target_repository: str,
+    blobs: TargetBlobs,
+    referrer: Referrer,
+    keep: bool,
+) -> str | None:
+    """Copy one artifact. None when it is there; else why not. The target refusing its manifest class leaves it
+    out under `attestations: auto` and fails the copy under `keep` (every referrer must go through); any other
+    failure fails the copy, to be tried again by the next run, as an image's would."""
+    try:
+        return await _copy_or_why_not(source, target, target_repository, blobs, referrer)
+    except RegistryError as exc:
+        if not refuses_manifest_class(exc):
+            raise
+        reason = f"refused by the target: {exc.message or exc.code}"
+        if keep:
+            raise RegistryError(
+                "push referrer",
+                target.where(target_repository, referrer.digest),
+                403,
+                "DENIED",
+                f"{reason} (with attestations: keep every referrer must go through; auto leaves it out)",
+            ) from None
+        return reason
+
+
+async def _copy_or_why_not(
     source: ArtifactSource, target: RegistryClient, target_repository: str, blobs: TargetBlobs, referrer: Referrer
 ) -> str | None:
-    """Copy one artifact (by digest, then its older tag, if any). None when it is there; else why not."""
+    """By digest, then its older tag, if any. An artifact the source cannot serve is left out: a stale entry of
+    its fallback index (clients update those indexes after the fact, or not at all after a delete), or a
+    manifest mirror cannot read (an OCI 1.1-rc artifact manifest, a nested index, malformed JSON)."""
     tag = None if referrer.via == "referrers" else referrer.via
     present = await target.head_manifest(target_repository, tag or referrer.digest)
     if present is not None and present.digest == referrer.digest:
         return None
-    tree = await source.tree(referrer.digest)
-    await gather_or_raise(blobs.ensure(target_repository, blob, source.origin) for blob in tree.blobs())
     try:
-        for manifest in tree.manifests():
-            await target.put_manifest(target_repository, manifest.digest, manifest)
-        if tag is not None:
-            await target.put_manifest(target_repository, tag, tree.root)
-    except RegistryError as exc:
-        if refuses_manifest_class(exc):
-            return f"refused by the target: {exc.message or exc.code}"
-        raise
+        tree = await source.tree(referrer.digest)
+    except (ManifestError, RegistryError) as exc:
+        if isinstance(exc, RegistryError) and exc.status != 404 and exc.code != UNREADABLE_MANIFEST:
+            raise  # the source failing now (5xx, refusals) is not an artifact it lacks: the next run tries again
+        return f"not read at the source: {exc}"
+    if tag is not None and present is not None:
+        held = await target.get_manifest(target_repository, present.digest)
+        if _holds_every_layer(held, tree.root):
+            return None  # the source's signatures are there, with others added at the target: leave them be
+        if not _holds_every_layer(tree.root, held):
+            return f"the target's {tag} holds layers the source's lacks (signed there too?): kept, not to drop them"
+    await gather_or_raise(blobs.ensure(target_repository, blob, source.origin) for blob in tree.blobs())
+    for manifest in tree.manifests():
+        await target.put_manifest(target_repository, manifest.digest, manifest)
+    if tag is not None:
+        await target.put_manifest(target_repository, tag, tree.root)
     return None
+
+
+def _holds_every_layer(outer: Manifest, inner: Manifest) -> bool:
+    """Does `outer` hold each layer of `inner`? A layer of cosign's older tags is one signature (attestation,
+    SBOM): `cosign sign` appends one to the tag's image. Annotations count, as the signature is one of them:
+    every signature of an image signs the same payload."""
+    held = {(layer.digest, json.dumps(layer.annotations, sort_keys=True)) for layer in outer.layers}
+    return all((layer.digest, json.dumps(layer.annotations, sort_keys=True)) in held for layer in inner.layers)
 
 
 async def _update_fallback_index(
@@ -224,22 +271,25 @@ async def _update_fallback_index(
     carried: list[Referrer],
     source_index: Manifest | None,
 ) -> None:
-    """Keep the target's `sha256-<hex>` index listing every referrer carried (and any it listed before)."""
+    """Keep the target's `sha256-<hex>` index listing every referrer carried, and whatever else it lists (a
+    signature or an SBOM another tool added at the target). It is the source's own bytes where it lists nothing
+    the source does not and the source's whole set went across; else the entries missing are appended."""
     tag = fallback_tag(digest)
-    wanted = {r.digest for r in carried}
-    if source_index is not None:
-        source_entries = {str(e.get("digest")) for e in index_entries(source_index)}
-        if source_entries == wanted:  # the same set: the source's exact bytes
-            current = await target.head_manifest(repository, tag)
-            if current is None or current.digest != source_index.digest:
-                await target.put_manifest(repository, tag, source_index)
-            return
-    entries: dict[str, dict[str, Any]] = {}
-    if await target.head_manifest(repository, tag) is not None:
-        entries = {str(e.get("digest")): e for e in index_entries(await target.get_manifest(repository, tag))}
-    if wanted <= set(entries):
+    current = await target.head_manifest(repository, tag)
+    if current is not None and source_index is not None and current.digest == source_index.digest:
         return
-    for referrer in carried:
-        entries.setdefault(referrer.digest, referrer.entry)
-    doc = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": list(entries.values())}
+    held = index_entries(await target.get_manifest(repository, current.digest)) if current is not None else []
+    listed = _digests(held)
+    wanted = {r.digest: r.entry for r in carried}
+    if set(wanted) <= listed:
+        return
+    if source_index is not None and listed <= set(wanted) and _digests(index_entries(source_index)) == set(wanted):
+        await target.put_manifest(repository, tag, source_index)
+        return
+    entries = held + [entry for each, entry in wanted.items() if each not in listed]
+    doc = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}
     await target.put_manifest(repository, tag, Manifest.parse(json.dumps(doc, separators=(",", ":")).encode()))
+
+
+def _digests(entries: list[dict[str, Any]]) -> set[str]:
+    return {str(e.get("digest")) for e in entries}

@@ -15,9 +15,10 @@ from pathlib import Path
 import httpx
 
 from mirror.engine.referrers import Found, Referrer, find_referrers
+from mirror.errors import Kind, MirrorError
 from mirror.fetch import http_client
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
+from mirror.registry import RegistryClient
 from mirror.registry.retry import RetryPolicy
 from mirror.settings import SignatureRule
 from mirror.signing.bundles import (
@@ -110,6 +111,11 @@ class SignatureGate:
             except (NotVerified, EvidenceError) as exc:
                 reasons.append(f"{referrer.via} {referrer.digest[:19]}: {exc}")
                 continue
+            except MirrorError as exc:  # one that cannot be read (a stale listing, a corrupt blob) holds nothing
+                if exc.kind is Kind.INTERRUPTED:
+                    raise
+                reasons.append(f"{referrer.via} {referrer.digest[:19]}: not read: {exc}")
+                continue
             return SignatureCheck(described, signer=signer, via=referrer.via)
         return SignatureCheck(described, refused=f"no signature by {described} holds: " + "; ".join(reasons))
 
@@ -139,6 +145,10 @@ class SignatureGate:
                     return await asyncio.to_thread(verify_legacy, trust, payload, bundle, digest, policy)
             except (NotVerified, EvidenceError) as exc:
                 problems.append(str(exc))
+            except MirrorError as exc:
+                if exc.kind is Kind.INTERRUPTED:
+                    raise
+                problems.append(f"not read: {exc}")
         if problems:
             raise NotVerified("; ".join(problems))
         raise EvidenceError("no sigstore bundle or signed payload in it")
@@ -159,7 +169,8 @@ async def check_image(
     copies: list[HeldCopy],
 ) -> SignatureCheck:
     """The first signature that holds, at a target that has the digest already, else at the source (also where
-    a target's copy cannot be read: the source decides, not one target's refusal)."""
+    a target's copy cannot be read, or its bytes are not what they should be: the source decides, not one
+    target's refusal or corruption)."""
     for copy in copies:
         try:
             found = await find_referrers(copy.client, copy.repository, digest)
@@ -167,7 +178,9 @@ async def check_image(
                 check = await gate.check(copy.client, copy.repository, digest, found, rule)
                 if not check.refused:
                     return replace(check, via=f"{check.via} at {copy.target}")
-        except (RegistryError, RegistryUnreachable) as exc:
+        except MirrorError as exc:
+            if exc.kind is Kind.INTERRUPTED:
+                raise
             log.info(
                 "%s@%s: its signatures at %s not read (%s); checking the source",
                 source_repository,

@@ -37,6 +37,8 @@ log = logging.getLogger("mirror")
 MAX_TAG_PAGE_BYTES = 4 * 1024 * 1024
 MAX_TAG_PAGES = 1000
 MAX_TAGS = 100_000  # Docker Hub's busiest repositories hold a few thousand
+MAX_REFERRER_PAGES = 100
+MAX_REFERRERS = 10_000  # an image has a handful: a signature, an attestation or an SBOM per build or scan
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,25 +189,31 @@ class RegistryClient(BlobUploads):
             )
 
     async def list_referrers(self, repository: str, digest: str) -> list[dict[str, Any]] | None:
-        """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), or None when
-        the registry has no referrers API (the caller then reads the `sha256-<hex>` fallback tag)."""
+        """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), every page of
+        them (`Link: <...>; rel="next"`, as the spec allows), or None when the registry has no referrers API
+        (the caller then reads the `sha256-<hex>` fallback tag)."""
         where = self.where(repository, digest)
-        url = f"/v2/{repository}/referrers/{digest}"
-        try:
-            body, response = await self._get_document(
-                "list referrers", where, url, MAX_MANIFEST_BYTES, {"Accept": OCI_INDEX}
-            )
-        except RegistryError as exc:
-            if exc.status in (404, 405):
-                return None
-            raise
-        if OCI_INDEX not in response.headers.get("Content-Type", ""):
-            return None  # an answer, but not the API's
-        try:
-            entries = load_json(body).get("manifests") or []
-        except (ValueError, AttributeError) as exc:
-            raise RegistryError("list referrers", where, 200, "", f"not an index: {exc}") from exc
-        return [e for e in entries if isinstance(e, dict)]
+        url: str | httpx.URL = f"/v2/{repository}/referrers/{digest}"
+        entries: list[dict[str, Any]] = []
+        for page_number in range(MAX_REFERRER_PAGES):
+            try:
+                body, response = await self._get_document(
+                    "list referrers", where, url, MAX_MANIFEST_BYTES, {"Accept": OCI_INDEX}
+                )
+            except RegistryError as exc:
+                if page_number == 0 and exc.status in (404, 405):
+                    return None
+                raise
+            if page_number == 0 and OCI_INDEX not in response.headers.get("Content-Type", ""):
+                return None  # an answer, but not the API's
+            entries.extend(_referrers_in(body, where))
+            if len(entries) > MAX_REFERRERS:
+                raise RegistryError("list referrers", where, 200, "", f"more than {MAX_REFERRERS} referrers")
+            next_link = response.links.get("next", {}).get("url")
+            if not next_link:
+                return entries
+            url = response.url.join(next_link)  # relative to the page that named it, wherever that was
+        raise RegistryError("list referrers", where, 200, "", f"more than {MAX_REFERRER_PAGES} pages")
 
     # -- blobs -------------------------------------------------------------------------------------
 
@@ -295,3 +303,14 @@ def _tags_in(page: bytes, where: str) -> list[str]:
     if not isinstance(tags, list) or not all(isinstance(tag, str) and is_valid_tag(tag) for tag in tags):
         raise RegistryError("list tags", where, 200, "", "not a tag list: its tags are not all tag names")
     return tags
+
+
+def _referrers_in(page: bytes, where: str) -> list[dict[str, Any]]:
+    """The descriptors of one page of a referrers listing (an image index)."""
+    try:
+        entries = load_json(page).get("manifests") or []
+    except (ValueError, AttributeError) as exc:
+        raise RegistryError("list referrers", where, 200, "", f"not an index: {exc}") from exc
+    if not isinstance(entries, list):
+        raise RegistryError("list referrers", where, 200, "", "not an index: its manifests are not a list")
+    return [e for e in entries if isinstance(e, dict)]

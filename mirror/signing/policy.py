@@ -64,11 +64,12 @@ def certificate_identities(cert: Certificate) -> set[str]:
     except ExtensionNotFound:
         return set()
     found = set(names.get_values_for_type(RFC822Name)) | set(names.get_values_for_type(UniformResourceIdentifier))
-    found |= {
-        o.value.decode(errors="replace")
-        for o in names.get_values_for_type(OtherName)
-        if o.type_id == _SIGSTORE_OTHERNAME
-    }
+    for other in names.get_values_for_type(OtherName):
+        if other.type_id == _SIGSTORE_OTHERNAME:
+            try:
+                found.add(_der_utf8(other.value))  # the value as DER: a UTF8String, its tag and length in front
+            except ValueError:  # not one (a UnicodeDecodeError is one too): it names nobody
+                continue
     return found
 
 
@@ -92,6 +93,8 @@ def _der_utf8(raw: bytes) -> str:
     length, offset = raw[1], 2
     if length & 0x80:
         size = length & 0x7F
+        if not 1 <= size <= 4:  # 0x80 is BER's indefinite length, which DER does not have
+            raise ValueError("bad length")
         length, offset = int.from_bytes(raw[2 : 2 + size], "big"), 2 + size
     if offset + length != len(raw):
         raise ValueError("bad length")
