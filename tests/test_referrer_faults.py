@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import SampleBuilder
 from mirror.engine.referrers import fallback_tag
@@ -106,6 +107,9 @@ def test_a_stale_entry_of_the_source_fallback_index_is_left_out_and_the_image_an
     assert code == 0, err
     assert [e["digest"] for e in hami_target(report)["referrers"]["left_out"]] == [stale["digest"]]
     assert writes(requests_since(target, mark)) == []
+    assert main(["sync", VERSION, "--config", str(config)]) == 0  # the summary says so too, not only --json
+    printed = capsys.readouterr().out
+    assert any(stale["digest"] in line and "left out: not read at the source" in line for line in printed.splitlines())
 
 
 async def push_nested_index(client: RegistryClient, repository: str, subject: str) -> Any:

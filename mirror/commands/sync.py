@@ -106,6 +106,8 @@ def print_summary(results: list[ReleaseResult]) -> None:
             for target in image.targets:
                 state = "verified" if target.verified else (target.plan if target.action == "planned" else "FAILED")
                 print(f"    -> {target.target}: {target.action}, {state}")
+                for left in target.referrers.left_out if target.referrers else ():
+                    print(f"       {left['kind']} {left['digest']} ({left['via']}) left out: {left['reason']}")
                 if target.rewrite:
                     rewrite = target.rewrite
                     print(f"       index rewritten: {rewrite.source_digest} -> {rewrite.target_digest}")
