@@ -261,6 +261,31 @@ def test_the_proof_names_an_image_no_block_explains_with_its_template() -> None:
     assert proof.failures()[0] == "busybox:1.36 (templates/init.yaml: no values block sets this image)"
 
 
+def test_at_the_targets_namespace_only_a_verified_copy_passes_whatever_the_patterns_allow() -> None:
+    """The target's VPC host is one of `*.aliyuncs.com`: a repository or tag there that was never verified (a
+    user's values renaming a mirrored image, say) would pull nothing, and must not pass as an allowed
+    registry; another namespace on the same host (ACR's google_containers for kube-scheduler) still may."""
+    rendering = Rendering(
+        "test",
+        (
+            RenderedImage(f"{VPC}/ns/projecthami_hami:v2.10.0", "templates/scheduler.yaml"),
+            RenderedImage(f"{VPC}/ns/projecthami_hami-custom:v2.10.0-fix", "templates/device-plugin.yaml"),
+            RenderedImage(f"{VPC}/ns/projecthami_hami:v2.9.0", "templates/monitor.yaml"),
+            RenderedImage(f"{VPC}/google_containers/kube-scheduler:v1.32.0", "templates/scheduler.yaml"),
+        ),
+    )
+    verified = {f"{VPC}/ns/projecthami_hami:v2.10.0"}
+    proof = check_rendering(rendering, verified, ["*.aliyuncs.com"], None, frozenset({f"{VPC}/ns/"}))
+    verdicts = {i.reference: i.verdict for i in proof.images}
+    assert verdicts == {
+        f"{VPC}/ns/projecthami_hami:v2.10.0": "mirrored",
+        f"{VPC}/ns/projecthami_hami-custom:v2.10.0-fix": NOT_MIRRORED,
+        f"{VPC}/ns/projecthami_hami:v2.9.0": NOT_MIRRORED,
+        f"{VPC}/google_containers/kube-scheduler:v1.32.0": "allowed registry",
+    }
+    assert not proof.ok
+
+
 def test_aliases_multiplied_at_every_depth_stop_at_a_bound() -> None:
     """Each alias is an instance of the subchart, at every level: 20 aliases 4 deep would be 168,000 readings."""
     chart = package(

@@ -46,18 +46,25 @@ class Proof:
 
 
 def check_rendering(
-    rendering: Rendering, verified: set[str], allowed_registries: list[str], named: set[str] | None = None
+    rendering: Rendering,
+    verified: set[str],
+    allowed_registries: list[str],
+    named: set[str] | None = None,
+    target_prefixes: frozenset[str] = frozenset(),
 ) -> Proof:
     """`verified`: references (`host/repository:tag` and `host/repository@digest`) of the copies verified at
     the target, as nodes pull them; `allowed_registries`: host patterns (`*.aliyuncs.com`) nodes may pull
-    from as they are; `named`: the source repositories the chart's values blocks name. An image left on
-    another registry that no block names (written into a template) is said to be so, with its template."""
+    from as they are; `named`: the source repositories the chart's values blocks name; `target_prefixes`: the
+    target's namespace at each of its hosts (`host/namespace/`), where only a verified copy passes, whatever the
+    patterns allow (the target's VPC host is one of `*.aliyuncs.com`: a wrong repository or tag there would
+    otherwise pass as allowed; kube-scheduler's google_containers on the same host is another namespace). An image left
+    on another registry that no block names (written into a template) is said to be so, with its template."""
     seen: dict[tuple[str, str], CheckedImage] = {}
     targets = {_repository(reference) for reference in verified}
     for image in rendering.images:
         key = (image.reference, image.source)
         if key not in seen:
-            verdict = _verdict(image.reference, verified, allowed_registries)
+            verdict = _verdict(image.reference, verified, allowed_registries, target_prefixes)
             note = ""
             if verdict == NOT_MIRRORED and named is not None and _repository(image.reference) not in {*named, *targets}:
                 note = "no values block sets this image"
@@ -72,13 +79,15 @@ def _repository(reference: str) -> str | None:
         return None
 
 
-def _verdict(reference: str, verified: set[str], allowed: list[str]) -> str:
+def _verdict(reference: str, verified: set[str], allowed: list[str], target_prefixes: frozenset[str]) -> str:
     try:
         parsed = parse(reference)
     except ReferenceError:
         return NOT_MIRRORED
     if str(parsed) in verified:
         return MIRRORED
+    if any(str(parsed.repository).startswith(prefix) for prefix in target_prefixes):
+        return NOT_MIRRORED
     if any(fnmatch.fnmatch(parsed.repository.registry, pattern) for pattern in allowed):
         return ALLOWED
     return NOT_MIRRORED

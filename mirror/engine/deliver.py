@@ -135,7 +135,8 @@ async def _prove(
     )
     named = {str(use.block.source) for use in chart.uses} | {str(b.source) for b in chart.unmirrored}
     verified = verified_references(job, {i: o for i, o in outcomes.items() if i in chart.copies}, target)
-    return check_rendering(rendering, verified, settings.chart.allowed_registries, named)
+    ours = frozenset(f"{host}/{target.namespace}/" for host in (target.registry, pull_registry(target)))
+    return check_rendering(rendering, verified, settings.chart.allowed_registries, named, ours)
 
 
 async def _publish(
