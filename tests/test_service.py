@@ -29,7 +29,14 @@ from mirror.engine.lock import lock_name
 from mirror.oci import Manifest
 from mirror.settings import DiscoverySettings
 from tests.faultproxy import Fault, fault_proxy
-from tests.support import beyond_heads, held_source, manifest_bytes, manifest_digest, with_client, write_config
+from tests.support import (
+    beyond_heads,
+    held_source,
+    manifest_bytes,
+    manifest_digest,
+    with_client,
+    write_config,
+)
 from tests.test_crash import wait_for
 from tests.test_sync import VERSION, seed_release
 
@@ -526,6 +533,18 @@ def test_sync_discover_mirrors_exactly_the_selected_releases(
     tags = [e.path.split("/manifests/")[-1] for e in after if "/manifests/" in e.path]
     assert sorted(t for t in tags if not t.startswith("sha256-")) == ["v1.1.1", "v1.1.1", "v2.10.0", "v2.9.0"]
     assert [e.path for e in beyond_heads(after)] == ["/v2/projecthami/hami/tags/list"]  # discovery's own listing
+    # a layer the target lost since (a retention rule, GC, a delete): the scheduled run verifies and finds it,
+    # as a run by hand would, and copies again (it trusted a matching tag before and wrote the values again)
+    layer = next(p for p in target.storage.rglob("blobs/sha256/*/*/data") if p.stat().st_size > 1024 * 1024 // 2)
+    layer.unlink()
+    capsys.readouterr()
+    assert main(["sync", "--discover", "--config", str(config), "--json"]) == 0
+    actions = {
+        (r["version"], i["name"]): i["targets"][0]["action"]
+        for r in json.loads(capsys.readouterr().out)
+        for i in r["images"]
+    }
+    assert "copied" in actions.values(), actions  # (distribution's own blob cache may still say it holds it)
 
 
 def test_each_job_serves_the_values_of_its_own_release(service: Service, source: LocalRegistry) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from mirror.engine.cache import RunCache
@@ -174,9 +174,8 @@ class Syncer:
     def _probe_targets(self, job: ImageJob, digest: str) -> None:
         """Where an earlier run kept the source tree by digest, ask each target at once for every child and blob
         it should hold, and the source for what refers to each image of the index: the tag's answer then finds
-        the verification's (or the plan's) and the look-ups on their way. Not in discovery, which trusts a
-        matching tag without them."""
-        tree = None if self.options.trust_matching_tags else known_tree(self.cache.manifests, digest)
+        the verification's (or the plan's) and the look-ups on their way."""
+        tree = known_tree(self.cache.manifests, digest)
         if tree is None:
             return
         for ref in job.targets:
@@ -313,7 +312,7 @@ async def discover_and_sync(
         if not versions:
             progress.close()
             return []
-        return await sync(settings, versions, replace(options, trust_matching_tags=True), progress, shutdown, clients)
+        return await sync(settings, versions, options, progress, shutdown, clients)
     finally:
         if own:
             await clients.aclose()
