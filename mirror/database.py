@@ -15,8 +15,18 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+    from sqlalchemy.sql.elements import TextClause
 
 CONNECT_SECONDS = 10  # a PostgreSQL server that does not answer: give up on this connection after this long
+# A target lock's session whose server went silent (a failover, a partition) is found dead within about 30 s,
+# idle or waiting for an answer, so that asking whether the lock is still held never hangs
+SESSION_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # ms: data sent and not acknowledged
+}
 SQLITE_BUSY_SECONDS = 30  # how long SQLite waits for another writer's lock
 POOL_SIZE, POOL_OVERFLOW = 4, 4
 
@@ -34,6 +44,18 @@ def advisory_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"mirror-{name}".encode()).digest()[:8], "big", signed=True)
 
 
+def holds_advisory_lock(key: int) -> TextClause:
+    """Whether this session holds the session-level advisory lock `key`; pg_locks shows a bigint key as its
+    high and low 32 bits (`classid`, `objid`) with `objsubid` 1."""
+    from sqlalchemy import text
+
+    statement = text(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted"
+        " AND objsubid = 1 AND classid::bigint = :high AND objid::bigint = :low)"
+    )
+    return statement.bindparams(high=(key >> 32) & 0xFFFFFFFF, low=key & 0xFFFFFFFF)
+
+
 def is_postgresql(url: str) -> bool:
     return url.startswith("postgresql")
 
@@ -41,8 +63,9 @@ def is_postgresql(url: str) -> bool:
 def open_engine(url: str, *, pooled: bool = True) -> Engine:
     """The engine for `url`. Pooled: the job store's connections, checked before use (a server restarted
     since is reconnected, not an error). Not pooled: each `connect()` is a session of its own, closed for
-    good when released, which a session-level advisory lock needs. A PostgreSQL server that does not answer
-    costs at most CONNECT_SECONDS per connection (libpq's connect_timeout, unless the URL sets one)."""
+    good when released, which a session-level advisory lock needs, with TCP keepalives (SESSION_KEEPALIVES,
+    unless the URL sets them). A PostgreSQL server that does not answer costs at most CONNECT_SECONDS per
+    connection (libpq's connect_timeout, unless the URL sets one)."""
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
     from sqlalchemy.pool import NullPool
@@ -53,7 +76,8 @@ def open_engine(url: str, *, pooled: bool = True) -> Engine:
     libpq = parsed.get_driver_name() in ("psycopg", "psycopg2")
     timeout = {"connect_timeout": CONNECT_SECONDS} if libpq and "connect_timeout" not in parsed.query else {}
     if not pooled:
-        return create_engine(url, poolclass=NullPool, connect_args=timeout)
+        keepalives = {k: v for k, v in SESSION_KEEPALIVES.items() if k not in parsed.query} if libpq else {}
+        return create_engine(url, poolclass=NullPool, connect_args=timeout | keepalives)
     return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, connect_args=timeout)
 
 

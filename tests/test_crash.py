@@ -246,6 +246,52 @@ def test_a_sync_waiting_too_long_for_the_lock_gives_up(tmp_path: Path) -> None:
         assert first.wait(timeout=60) == 0
 
 
+def test_a_read_only_state_dir_is_one_line_naming_lock_dir(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """The default lock_dir is `<state_dir>/locks`; a state_dir on a read-only file system (a tmpfs mounted
+    read-only in a mount namespace of the run's own) cannot hold it."""
+    seed_release(source)
+    state = tmp_path / "state"
+    state.mkdir()
+    config = write_config(tmp_path / "mirror.yaml", source, [target], state_dir=str(state))
+    mount_then_run = 'mount -t tmpfs -o size=1m,ro tmpfs "$0" && exec "$@"'
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", mount_then_run, str(state), *mirror_command(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "lock file" in line]
+    assert str(state / "locks") in line and "Read-only file system" in line and "lock_dir" in line
+    assert not any(e.method in ("POST", "PUT") for e in target.access_log())  # nothing written to the target
+
+
+def test_a_kept_manifest_a_crash_left_empty_is_written_again(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """A crash can leave a kept manifest's name on no bytes (or cut short): ignored when read, as it must be,
+    and written again by the run that reads the manifest instead, so only that run pays the GET."""
+    hami, _ = seed_release(source)
+    config = write_config(tmp_path / "mirror.yaml", source, [target])
+    assert subprocess.run(mirror_command(config), capture_output=True, timeout=120).returncode == 0
+    child = next(digest for digest in hami.manifests if digest != hami.digest)
+    kept = tmp_path / "state" / "manifests" / "sha256" / child.removeprefix("sha256:")
+    kept.write_bytes(b"")
+
+    def gets_of_child() -> int:
+        return sum(1 for r in (source, target) for e in r.access_log() if e.method == "GET" and child in e.path)
+
+    for run, gets in (("repairs it", 1), ("reads it from the file", 0)):
+        before = gets_of_child()
+        done = subprocess.run(mirror_command(config), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert gets_of_child() - before == gets, run
+    assert hashlib.sha256(kept.read_bytes().partition(b"\n")[2]).hexdigest() == child.removeprefix("sha256:")
+
+
 # -- memory ---------------------------------------------------------------------------------------------
 
 

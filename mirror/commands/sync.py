@@ -107,7 +107,8 @@ def print_summary(results: list[ReleaseResult]) -> None:
                 state = "verified" if target.verified else (target.plan if target.action == "planned" else "FAILED")
                 print(f"    -> {target.target}: {target.action}, {state}")
                 for left in target.referrers.left_out if target.referrers else ():
-                    print(f"       {left['kind']} {left['digest']} ({left['via']}) left out: {left['reason']}")
+                    what = " ".join(left.get(key, "") for key in ("kind", "digest")).strip()
+                    print(f"       {what} ({left.get('via', '-')}) left out: {left.get('reason', '')}")
                 if target.rewrite:
                     rewrite = target.rewrite
                     print(f"       index rewritten: {rewrite.source_digest} -> {rewrite.target_digest}")

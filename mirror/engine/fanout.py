@@ -2,7 +2,11 @@
 as it arrives, and every target's upload reads the spool at its own pace (no target waits for a slower
 one). The spool is bounded in size, and by the disk's free space (a blob that does not fit is streamed from
 the source as usual), and removed at the end of the run. A run that was killed cannot remove its spool: each
-spool holds a lock for its run's life, and the next run removes spools whose lock nobody holds."""
+spool holds a lock for its run's life, and the next run removes spools whose lock nobody holds.
+
+The disk can still fail the spool after its free space was checked (another writer filled it, an I/O error):
+that is a `SpoolError`, a MirrorError that a blob transfer retries like any passing failure, and the blob is
+not spooled again, so the retry reads it from the source, per target."""
 
 from __future__ import annotations
 
@@ -20,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiofiles
+from aiofiles.threadpool.binary import AsyncBufferedReader
 
 from mirror.engine.stream import verified_stream
 from mirror.engine.upload import RegistryOrigin
+from mirror.errors import Kind, MirrorError
 from mirror.oci import Descriptor
 from mirror.registry import BlobBody
 
@@ -62,9 +68,16 @@ def _abandoned(spool: Path) -> bool:
     return True
 
 
+class SpoolError(MirrorError):
+    """The spool's disk failed a write or a read of a blob (full, failing, its file gone)."""
+
+    kind = Kind.UNAVAILABLE
+
+
 @dataclass
 class _Entry:
     path: Path
+    digest: str
     size: int
     written: int = 0
     error: BaseException | None = None
@@ -75,37 +88,65 @@ class _Entry:
     def failed(self) -> bool:
         return self.error is not None
 
+    @property
+    def disk_failed(self) -> bool:
+        return isinstance(self.error, SpoolError)
+
+    def _disk_error(self, doing: str, exc: OSError) -> SpoolError:
+        where = self.path.parent
+        return SpoolError(
+            f"blob {self.digest}: the spool's disk (spool.dir: {where}) failed to {doing} it: {exc.strerror}"
+        )
+
     async def fill(self, source: RegistryOrigin, blob: Descriptor) -> None:
         """Download once, checked as it passes (the last chunk is held back until the digest matches)."""
         try:
             async with source.open(blob) as body, aiofiles.open(self.path, "wb") as spool:
                 async for chunk in verified_stream(body.chunks, blob):
-                    await spool.write(chunk)
-                    await spool.flush()
+                    try:
+                        await spool.write(chunk)
+                        await spool.flush()
+                    except OSError as exc:
+                        raise self._disk_error("write", exc) from exc
                     async with self.changed:
                         self.written += len(chunk)
                         self.changed.notify_all()
         except BaseException as exc:
-            async with self.changed:
-                self.error = exc
-                self.changed.notify_all()
+            await self._fail(exc)
             if not isinstance(exc, Exception):
                 raise
 
+    async def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, OSError):  # opening or closing the file: the source's failures are MirrorErrors
+            exc = self._disk_error("write", exc)
+        if isinstance(exc, SpoolError):
+            log.warning("%s; each target reads it from the source instead", exc)
+            self.path.unlink(missing_ok=True)  # give the disk back; readers holding the file keep it
+        async with self.changed:
+            self.error = exc
+            self.changed.notify_all()
+
     async def read(self, start: int, chunk_size: int) -> AsyncIterator[bytes]:
-        async with aiofiles.open(self.path, "rb") as spool:
-            await spool.seek(start)
-            position = start
-            while position < self.size:
-                async with self.changed:
-                    while self.written <= position and self.error is None:
-                        await self.changed.wait()
-                    available = self.written
-                if available <= position and self.error is not None:
-                    raise self.error
-                data = await spool.read(min(chunk_size, available - position))
-                position += len(data)
-                yield data
+        try:
+            async with aiofiles.open(self.path, "rb") as spool:
+                await spool.seek(start)
+                async for data in self._arriving(spool, start, chunk_size):
+                    yield data
+        except OSError as exc:
+            raise self._disk_error("read", exc) from exc
+
+    async def _arriving(self, spool: AsyncBufferedReader, position: int, chunk_size: int) -> AsyncIterator[bytes]:
+        """The file's bytes from `position` as the download writes them; its failure once they run out."""
+        while position < self.size:
+            async with self.changed:
+                while self.written <= position and self.error is None:
+                    await self.changed.wait()
+                available = self.written
+            if available <= position and self.error is not None:
+                raise self.error
+            data = await spool.read(min(chunk_size, available - position))
+            position += len(data)
+            yield data
 
 
 class Spool:
@@ -143,19 +184,29 @@ class Spool:
         return free - unwritten - FREE_SPACE_MARGIN >= size
 
     def _entry(self, source: RegistryOrigin, blob: Descriptor) -> _Entry | None:
+        """The blob's spool entry, started if need be; None where it is to be read from the source: over the
+        spool's bound or the disk's free space, or once the disk failed this blob."""
         entry = self._entries.get(blob.digest)
+        if entry is not None and entry.disk_failed:
+            return None
         if entry is not None and not entry.failed:
             return entry
-        if entry is None and (self._reserved + blob.size > self.max_bytes or not self._room_for(blob.size)):
+        if entry is None and self._reserved + blob.size > self.max_bytes:
+            return None
+        if entry is not None:  # failed: downloaded again into a file of its own; its readers keep theirs
+            entry.path.unlink(missing_ok=True)
+        if not self._room_for(blob.size):  # a download again too: the disk may have filled since
             return None
         if entry is None:
             self._reserved += blob.size
-        else:  # failed: downloaded again into a file of its own; readers of this one still read what it holds
-            entry.path.unlink(missing_ok=True)
         self._files += 1
         path = self._directory() / f"{blob.digest.replace(':', '-')}.{self._files}"
-        path.touch()
-        entry = self._entries[blob.digest] = _Entry(path, blob.size)
+        try:
+            path.touch()
+        except OSError as exc:
+            log.warning("spool %s: cannot create a file (%s); blobs stream per target", path.parent, exc.strerror)
+            return None
+        entry = self._entries[blob.digest] = _Entry(path, blob.digest, blob.size)
         entry.task = asyncio.ensure_future(entry.fill(source, blob))
         return entry
 

@@ -8,19 +8,28 @@ Where the lock lives:
 - otherwise: a lock file (`flock`) under `lock_dir` (by default `<state_dir>/locks`), shared by every run
   with that directory.
 
+An advisory lock is the session's, and a session can end under a run that holds it (a server restart, a
+failover, an idle timeout, `pg_terminate_backend`): another run may then take the lock. So while a run holds
+its locks, each is checked every LOCK_CHECK_SECONDS; a lost one stops the run as a shutdown does (whoever
+registered with `on_lock_lost`: nothing new starts, in-flight uploads get `shutdown_grace`), and the run ends
+with `LockLost`. A lock file is held by its descriptor for the life of the process: it cannot be lost.
+
 The database's side (its engine, the lock's key) is `mirror/database.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +40,7 @@ from mirror.settings import MirrorSettings
 
 log = logging.getLogger("mirror")
 POLL_SECONDS = 0.2
+LOCK_CHECK_SECONDS = 5.0  # how often a held lock's session is checked: a lost lock goes unnoticed this long at most
 
 
 class LockTimeout(MirrorError):
@@ -39,6 +49,14 @@ class LockTimeout(MirrorError):
 
 class LockUnavailable(LockTimeout):
     """The database that holds the target locks cannot be reached."""
+
+
+class LockDirUnusable(LockTimeout):
+    """A target's lock file cannot be made or locked: `lock_dir` is read-only, full, or not a directory."""
+
+
+class LockLost(MirrorError):
+    """A target lock the run held was lost (its database session ended): the run stopped, unfinished."""
 
 
 def lock_name(registry: str, namespace: str) -> str:
@@ -56,8 +74,10 @@ def uses_database_locks(settings: MirrorSettings) -> bool:
 
 @asynccontextmanager
 async def target_locks(settings: MirrorSettings, jobs: list[ReleaseJob], enabled: bool = True) -> AsyncIterator[None]:
+    """Hold every target's lock for the body, watched; raises LockLost after a body that ran while one was lost."""
     names = sorted({lock_name(t.registry, t.namespace) for job in jobs for t in job.targets})
     async with AsyncExitStack() as held:
+        locks: dict[str, TargetLock] = {}
         if enabled:
             database = uses_database_locks(settings)
             for name in names:  # always in the same order: two runs never wait on each other in a circle
@@ -65,7 +85,64 @@ async def target_locks(settings: MirrorSettings, jobs: list[ReleaseJob], enabled
                     AdvisoryLock(settings.database_url or "", name) if database else FileLock(lock_dir(settings) / name)
                 )
                 await held.enter_async_context(_waiting(lock, name, settings.lock_timeout))
+                locks[name] = lock
+        async with _watched(locks):
+            yield
+
+
+_watch: ContextVar[LockWatch | None] = ContextVar("mirror_target_lock_watch", default=None)
+
+
+def on_lock_lost(callback: Callable[[str], None]) -> None:
+    """Have `callback` told why, should a target lock of the run under way be lost (nothing without locks)."""
+    watch = _watch.get()
+    if watch is not None:
+        watch.callbacks.append(callback)
+        if watch.lost is not None:
+            callback(watch.lost)
+
+
+@asynccontextmanager
+async def _watched(locks: dict[str, TargetLock]) -> AsyncIterator[None]:
+    if not locks:
         yield
+        return
+    watch = LockWatch(locks)
+    token = _watch.set(watch)  # seen by what the body starts: its tasks copy the context
+    checking = asyncio.create_task(watch.run())
+    try:
+        yield
+    finally:
+        checking.cancel()
+        await asyncio.wait({checking})
+        _watch.reset(token)
+    if watch.lost is not None:
+        raise LockLost(f"{watch.lost}; the run stopped unfinished, for the next run to complete")
+
+
+class LockWatch:
+    """A run's held locks, each checked every LOCK_CHECK_SECONDS; the first found lost is told to every
+    callback, once."""
+
+    def __init__(self, locks: dict[str, TargetLock]) -> None:
+        self.locks = locks
+        self.callbacks: list[Callable[[str], None]] = []
+        self.lost: str | None = None
+
+    async def run(self) -> None:
+        while self.lost is None:
+            await asyncio.sleep(LOCK_CHECK_SECONDS)
+            for name, lock in self.locks.items():
+                reason = await lock.lost()
+                if reason is not None:
+                    self._lose(f"lost the target lock on {name} ({lock.where}: {reason})")
+                    break
+
+    def _lose(self, why: str) -> None:
+        self.lost = why
+        log.error("%s: another run may take it now; this run starts nothing new", why)
+        for callback in self.callbacks:
+            callback(why)
 
 
 @asynccontextmanager
@@ -94,15 +171,28 @@ class TargetLock(Protocol):
 
     async def try_acquire(self) -> bool: ...
 
+    async def lost(self) -> str | None:
+        """None while the lock is held; else why it no longer is."""
+        ...
+
     async def close(self) -> None: ...
 
 
 class FileLock:
     def __init__(self, stem: Path) -> None:
-        path = stem.with_name(stem.name + ".lock")
-        self.where = f"lock file {path}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.path = stem.with_name(stem.name + ".lock")
+        self.where = f"lock file {self.path}"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise self._unusable("cannot make", exc) from None
+
+    def _unusable(self, doing: str, exc: OSError) -> LockDirUnusable:
+        return LockDirUnusable(
+            f"{doing} the target lock file {self.path.name} in {self.path.parent} ({exc.strerror}): set lock_dir"
+            " to a writable directory (by default it is <state_dir>/locks)"
+        )
 
     async def try_acquire(self) -> bool:
         assert self.fd is not None
@@ -110,9 +200,15 @@ class FileLock:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:  # a file system without locks (ENOLCK)
+            raise self._unusable("cannot lock", exc) from None
+        with contextlib.suppress(OSError):  # the holder's pid, for a person to read: the lock holds without it
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, f"{os.getpid()}\n".encode())
         return True
+
+    async def lost(self) -> str | None:
+        return None  # held by the open descriptor until it is closed
 
     async def close(self) -> None:
         if self.fd is not None:
@@ -126,6 +222,7 @@ class AdvisoryLock:
         self.url = url
         self.key = database.advisory_key(database.target_lock(name))
         self.connection: Any = None
+        self._using = threading.Lock()  # the session is used from worker threads, one statement at a time
 
     async def try_acquire(self) -> bool:
         return await asyncio.to_thread(self._try)
@@ -135,16 +232,39 @@ class AdvisoryLock:
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
-            if self.connection is None:  # one connection for the lock's whole life: the lock is the session's
-                self.connection = database.open_engine(self.url, pooled=False).connect()
-            got = self.connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}).scalar()
-            self.connection.commit()
+            with self._using:
+                if self.connection is None:  # one connection for the lock's whole life: the lock is the session's
+                    self.connection = database.open_engine(self.url, pooled=False).connect()
+                got = self.connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}).scalar()
+                self.connection.commit()
         except SQLAlchemyError as exc:  # the message of the driver, never the URL (it may hold a password)
             reason = database.driver_reason(exc)
             raise LockUnavailable(f"cannot take the target lock in the database: {reason}") from None
         return bool(got)
 
+    async def lost(self) -> str | None:
+        return await asyncio.to_thread(self._lost)
+
+    def _lost(self) -> str | None:
+        """Asked of the lock's own session: a session that ended fails the statement, and one SQLAlchemy
+        opened again in its place holds no lock."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self._using:
+                if self.connection is None:
+                    return "its session is closed"
+                held = self.connection.execute(database.holds_advisory_lock(self.key)).scalar()
+                self.connection.commit()
+        except SQLAlchemyError as exc:
+            return f"its database session ended: {database.driver_reason(exc)}"
+        return None if held else "its database session no longer holds it"
+
     async def close(self) -> None:
-        if self.connection is not None:
-            connection, self.connection = self.connection, None
-            await asyncio.to_thread(connection.close)  # ending the session releases the lock
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        with self._using:
+            if self.connection is not None:
+                connection, self.connection = self.connection, None
+                connection.close()  # ending the session releases the lock

@@ -43,23 +43,31 @@ class ManifestCache:
         algorithm, _, hexpart = digest.partition(":")
         if algorithm != "sha256" or not hexpart.isalnum():
             return None
-        try:
-            media_type, _, raw = (self.directory / hexpart).read_bytes().partition(b"\n")
-            known = Manifest.parse(raw, media_type.decode("ascii"), digest)
-        except (OSError, UnicodeDecodeError, ManifestError):
-            return None
-        self._held[digest] = known
+        known = _read_kept(self.directory / hexpart, digest)
+        if known is not None:
+            self._held[digest] = known
         return known
 
     def put(self, manifest: Manifest) -> None:
+        """Keep the manifest; a file already there is replaced unless it holds these bytes (one left empty or
+        cut short by a crash would otherwise cost a GET on every later run)."""
         if manifest.digest in self._held:
             return
         self._held[manifest.digest] = manifest
         if self.directory is None or not manifest.digest.startswith("sha256:"):
             return
         path = self.directory / manifest.digest.removeprefix("sha256:")
-        if not path.exists():
+        if _read_kept(path, manifest.digest) is None:
             _write_atomically(path, manifest.media_type.encode("ascii") + b"\n" + manifest.raw)
+
+
+def _read_kept(path: Path, digest: str) -> Manifest | None:
+    """The manifest kept at `path`, or None where it is missing, unreadable or does not hash to `digest`."""
+    try:
+        media_type, _, raw = path.read_bytes().partition(b"\n")
+        return Manifest.parse(raw, media_type.decode("ascii"), digest)
+    except (OSError, UnicodeDecodeError, ManifestError):
+        return None
 
 
 class RegistryNotes:
@@ -138,6 +146,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(data)
+                file.flush()
+                os.fsync(file.fileno())  # on disk before the rename: a crash never leaves the name on no bytes
             os.replace(temporary, path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)

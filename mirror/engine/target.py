@@ -15,6 +15,7 @@ from mirror.engine.blobs import BlobOutcome
 from mirror.engine.cache import RunCache
 from mirror.engine.copy import CopyStats, copy_to_target
 from mirror.engine.jobs import PINNED_TAG_PREFIX, ImageJob, TargetRef, pinned_tag
+from mirror.engine.lock import on_lock_lost
 from mirror.engine.outcomes import (
     Copied,
     Current,
@@ -51,9 +52,6 @@ class SyncOptions:
     dry_run: bool = False
     deep: bool = False
     force: bool = False
-    # discovery: a tag already at the source digest counts as mirrored without re-reading its tree, so a
-    # release mirrored earlier costs one HEAD per image at the source and per image and target
-    trust_matching_tags: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +70,8 @@ class TargetStages:
         self.options = options
         self.cache = cache
         self.progress = progress
+        # another run may take a lost target lock: stop as at shutdown (the run then ends with LockLost)
+        on_lock_lost(lambda reason: cache.shutdown.request(settings.shutdown_grace, reason))
 
     async def run(
         self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: asyncio.Task[Descriptor | None]
@@ -151,8 +151,6 @@ class TargetStages:
             return Missing()
         client, repository = self.cache.clients[ref.repository.registry], ref.repository.name
         expected = await _expected_digest(client, repository, current.digest, resolved.digest, self.cache.manifests)
-        if current.digest == expected and self.options.trust_matching_tags:
-            return Current(expected)
         if current.digest == expected:
             check = await self._verify(client, repository, job.tag, expected, resolved=current)
             if check.ok:
@@ -237,7 +235,8 @@ class TargetStages:
             return None
         if outcome.digest != resolved.digest:
             reason = "the index was rewritten at this target: what refers to the source digest would not match"
-            return Carried([], [{"digest": resolved.digest, "reason": reason}])
+            every = {"kind": "referrers of", "via": "referrers API and older tags", "subject": resolved.digest}
+            return Carried([], [{"digest": resolved.digest, **every, "reason": reason}])
         target = self.cache.clients[ref.repository.registry]
         root = await asyncio.shield(self.cache.referrers_of(job, resolved.digest))
         if children is None:

@@ -2,11 +2,11 @@
 
 SQLite (the default, under `state_dir`) serves one replica. PostgreSQL serves several: a job is written
 before the webhook is answered, claimed atomically (`FOR UPDATE SKIP LOCKED`; a conditional update
-elsewhere), and held under a lease that its runner renews. A job whose lease expired (its replica died) is
-claimed again by whoever looks next; a live replica's job is never taken, and a job whose lease ran out
-`max_attempts` times (it kills its replica each time) is failed by the claim that finds it, in the same
-transaction, instead of being run again. At most one queued or running job per release is enforced by a
-partial unique index, not by a read-then-write.
+elsewhere), and held under a lease that its runner renews. A job whose lease expired (its replica died), or
+that an older mirror without leases left running, is claimed again by whoever looks next; a live replica's
+job is never taken, and a job whose lease ran out `max_attempts` times (it kills its replica each time) is
+failed by the claim that finds it, in the same transaction, instead of being run again. At most one queued
+or running job per release is enforced by a partial unique index, not by a read-then-write.
 
 Time comes from one clock, read once per transaction: the one given (the tests move a fake one), else
 PostgreSQL's own (`clock_timestamp()`), so replicas with skewed clocks agree on when a lease ends; SQLite
@@ -338,9 +338,14 @@ def _held(job_id: str, owner: str) -> ColumnElement[bool]:
     return (jobs.c.id == job_id) & (jobs.c.owner == owner) & (jobs.c.state == RUNNING)
 
 
+def _lease_ran_out(now: float) -> ColumnElement[bool]:
+    """A running job's lease is over, or it never had one: an older mirror, whose table had no lease column,
+    left it running (the upgrade adds the column empty), and nobody will ever renew it."""
+    return (jobs.c.state == RUNNING) & or_(jobs.c.lease_expires_at.is_(None), jobs.c.lease_expires_at < now)
+
+
 def _claimable(now: float) -> ColumnElement[bool]:
-    expired = (jobs.c.state == RUNNING) & (jobs.c.lease_expires_at < now)
-    return or_(jobs.c.state == QUEUED, expired)
+    return or_(jobs.c.state == QUEUED, _lease_ran_out(now))
 
 
 def gave_up_error(attempts: int, owner: str | None, lease_expires_at: float | None) -> str:
@@ -359,12 +364,7 @@ def _give_up(db: Connection, candidate: Any, now: float) -> Any:
     """Fail a job whose lease ran out once too often; the row as failed, or None when it changed since it
     was read (another process on SQLite got there first)."""
     error = gave_up_error(candidate.attempts, candidate.owner, candidate.lease_expires_at)
-    unchanged = (
-        (jobs.c.id == candidate.id)
-        & (jobs.c.state == RUNNING)
-        & (jobs.c.attempts == candidate.attempts)
-        & (jobs.c.lease_expires_at < now)
-    )
+    unchanged = (jobs.c.id == candidate.id) & (jobs.c.attempts == candidate.attempts) & _lease_ran_out(now)
     failed = update(jobs).where(unchanged).values(state=FAILED, finished_at=now, error=stored_error(error))
     return db.execute(failed.returning(jobs)).first()
 

@@ -1,0 +1,82 @@
+"""A target's PostgreSQL advisory lock lost under a run (its session ended: a server restart, a failover, an
+idle timeout, `pg_terminate_backend`), on a real PostgreSQL and Debian's docker-registry: the run finds out,
+stops as at shutdown (nothing new starts, in-flight uploads get their grace) and ends with LockLost, while
+another run may take the lock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from mirror.demo.localregistry import LocalRegistry
+from mirror.engine import lock
+from mirror.engine.lock import AdvisoryLock, LockLost
+from mirror.engine.shutdown import Shutdown
+from mirror.engine.sync import sync
+from mirror.engine.target import SyncOptions
+from mirror.progress import Progress
+from mirror.settings import load_settings
+from tests.support import held_source, write_config
+from tests.test_sync import VERSION, seed_release
+
+LOCKS_OF_OTHERS = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+
+
+def _terminate_lock_sessions(url: str) -> int:
+    """End every session holding an advisory lock, as a server restart or an idle timeout would."""
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as db:
+        pids = [row[0] for row in db.execute(LOCKS_OF_OTHERS).fetchall()]
+        for pid in pids:
+            db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    return len(pids)
+
+
+async def _until(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        await asyncio.sleep(0.05)
+
+
+def _writes(target: LocalRegistry) -> list[str]:
+    return [f"{e.method} {e.path}" for e in target.access_log() if e.method in ("POST", "PUT", "PATCH")]
+
+
+def test_a_run_whose_lock_session_ends_stops_and_says_so(
+    tmp_path: Path, target: LocalRegistry, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lock, "LOCK_CHECK_SECONDS", 1.0, raising=False)  # the default is 5 s: a quicker test
+    with held_source(tmp_path / "source", serve_first=0) as (source, cdn):
+        seed_release(source)
+        config = write_config(tmp_path / "mirror.yaml", source, [target], database_url=database_url, shutdown_grace=1)
+        settings = load_settings(config)
+        shutdown = Shutdown()
+
+        async def scenario() -> tuple[BaseException | None, bool]:
+            run = asyncio.ensure_future(sync(settings, [VERSION], SyncOptions(), Progress(), shutdown))
+            await _until(lambda: cdn.held > 0, 60, "the run holds the target lock, mid-copy")
+            assert await asyncio.to_thread(_terminate_lock_sessions, database_url) == 1
+            # the database let go of it: another run takes it now
+            other = AdvisoryLock(database_url, lock.lock_name(target.host, "mirrored"))
+            try:
+                taken = await other.try_acquire()
+                await _until(lambda: shutdown.stopping, 60, "the run noticed its lost lock")
+            finally:
+                await other.close()
+            try:
+                await asyncio.wait_for(run, 120)
+            except BaseException as exc:  # what the run ended with
+                return exc, taken
+            return None, taken
+
+        ended, taken = asyncio.run(scenario())
+    assert taken
+    assert isinstance(ended, LockLost), ended
+    assert f"lost the target lock on {lock.lock_name(target.host, 'mirrored')}" in str(ended)
+    assert "session" in str(ended)
+    assert not [w for w in _writes(target) if "/manifests/" in w]  # no manifest, no tag: nothing new started
