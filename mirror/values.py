@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from mirror.acr import vpc_host_for
-from mirror.chart.images import ImageBlock
+from mirror.chart.images import GLOBAL_SECRETS, ImageBlock, PullSecretPlace
 from mirror.chart.merge import deep_merge
 from mirror.output import write_all
 from mirror.release import VersionError, chart_version, version_key
@@ -81,18 +81,37 @@ def build_values(
     blocks: Iterable[PointedBlock],
     extra: Mapping[str, Any],
     pull_secret: str | None = None,
-    pull_secret_paths: Iterable[tuple[str, ...]] = (),
+    pull_secret_places: Iterable[PullSecretPlace] = (),
 ) -> dict[str, Any]:
-    """Point each block at its copy in the block's own shape: `registry` and `repository` where the block has a
-    `registry` key; `repository` carrying the VPC host where it has none; the whole reference for a string.
-    A digest the chart pins stays as it is (the copy is byte-exact), unless the copy's differs. Tags are left
-    to the chart, which arrives at the mirrored tag by itself, except where it would compute another.
+    """The user's values (`extra`) with each block pointed at its copy over them: an extra that set a mirrored
+    block's repository or tag (the blocks were read with it, so the copy is of what it names) must not put that
+    name back under the VPC host, where nothing was pushed; every other setting of it is kept.
+    Each block in its own shape: `registry` and `repository` where the block has a `registry` key; `repository`
+    carrying the VPC host where it has none; the whole reference for a string. A digest the chart pins stays as
+    it is (the copy is byte-exact), unless the copy's differs. Tags are left to the chart, which arrives at the
+    mirrored tag by itself, except where it would compute another.
     global.imageRegistry is not set: it would also move images nodes already pull from ACR (kube-scheduler);
     where the chart sets it, it is cleared.
-    With a pull secret, it goes to `global.imagePullSecrets` and to each `imagePullSecrets` the charts have."""
+    With a pull secret, it is added to `global.imagePullSecrets` and to each `imagePullSecrets` the charts have,
+    after any the user's values list there, in the form each takes (`PullSecretPlace`)."""
+    pointed_blocks = list(blocks)
+    pointers = _pointers(target, pointed_blocks)
+    # the extra over the pointers, then the pointers again: the file keeps the pointers' order, every other
+    # setting of the extra, and each pointer wins
+    written = deep_merge(deep_merge(pointers, dict(extra)), pointers)
+    if pull_secret:  # global: per-image pullSecrets are not honoured for every image of HAMi's chart
+        for place in _with_global(list(pull_secret_places)):
+            written = deep_merge(written, _nested(place.path, _secrets(written, place, pull_secret)))
+    if any(pointed.block.registry_from_global for pointed in pointed_blocks):
+        # the chart (or `values:`) sets global.imageRegistry, which its templates prefer to each block's
+        # registry: cleared, since every block it moved now names the VPC host itself
+        written["global"] = {**written.get("global", {}), "imageRegistry": ""}
+    return written
+
+
+def _pointers(target: TargetSettings, pointed_blocks: list[PointedBlock]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     registry = pull_registry(target)
-    pointed_blocks = list(blocks)
     for pointed in pointed_blocks:
         repository = f"{target.namespace}/{pointed.name}"
         *parents, leaf = pointed.block.path
@@ -113,17 +132,25 @@ def build_values(
             written["tag"] = pointed.tag
         if pointed.digest:
             written["digest"] = pointed.digest
-    if pull_secret:  # global: per-image pullSecrets are not honoured for every image of HAMi's chart
-        secrets = [{"name": pull_secret}]
-        values = deep_merge(values, {"global": {"imagePullSecrets": secrets}})
-        for path in pull_secret_paths:
-            values = deep_merge(values, _nested(path, secrets))
-    written = deep_merge(values, dict(extra))
-    if any(pointed.block.registry_from_global for pointed in pointed_blocks):
-        # the chart (or `values:`) sets global.imageRegistry, which its templates prefer to each block's
-        # registry: cleared, since every block it moved now names the VPC host itself
-        written["global"] = {**written.get("global", {}), "imageRegistry": ""}
-    return written
+    return values
+
+
+def _with_global(places: list[PullSecretPlace]) -> list[PullSecretPlace]:
+    """`global.imagePullSecrets` is always written; without a chart to say its form, HAMi's (a plain name)."""
+    if any(place.path == GLOBAL_SECRETS for place in places):
+        return places
+    return [PullSecretPlace(GLOBAL_SECRETS, "string"), *places]
+
+
+def _secrets(values: dict[str, Any], place: PullSecretPlace, name: str) -> list[Any]:
+    """The list at `place` (the user's entries, if any) with `name` added unless it already names it."""
+    node: Any = values
+    for part in place.path:
+        node = node.get(part) if isinstance(node, dict) else None
+    listed = list(node) if isinstance(node, list) else []
+    if any(entry == name or (isinstance(entry, dict) and entry.get("name") == name) for entry in listed):
+        return listed
+    return [*listed, place.entry(name)]
 
 
 def _reference(name: str, tag: str, digest: str | None) -> str:
@@ -235,10 +262,11 @@ def write_values(
     chart_version_: str | None = None,
 ) -> ValuesFile:
     """Write one chart's values (the release chart's with the DRA RBAC file; the chart's .tgz when it goes
-    beside them) to `<output_dir>/<target>/<version>/`, and to `<output_dir>/<target>/` for the newest release
-    of the run. `spec` defaults to the release chart as `values:` describes it."""
+    beside them; a warning per pod the proof found without the pull secret) to `<output_dir>/<target>/<version>/`,
+    and to `<output_dir>/<target>/` for the newest release of the run. `spec` defaults to the release chart."""
     spec = spec or ChartSpec("hami", settings.values.release, settings.values.kube_namespace, settings.values.file_name)
     chart_version_ = chart_version_ or chart_version(version)
+    warnings = (*warnings, *(proof.secret_warnings(spec.namespace) if proof is not None else ()))
     text = render_values(values, _header(spec, target, version, chart_version_, warnings))
     rbac = dra_rbac(settings.values) if spec.is_release_chart else None
     directories = [settings.output_dir / target.name / version]

@@ -140,6 +140,40 @@ def test_a_config_naming_only_the_chart_mirrors_every_image_it_can_run(
     assert f"      {scheduler}: allowed registry (" in printed
 
 
+def test_a_users_values_that_name_another_image_point_at_its_copy(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`values:` that give the device plugin another repository and tag: that image is mirrored, and the written
+    values point at its copy (not at the user's name under the target's host, where nothing was pushed)."""
+    seed_chart_images(source)
+    custom = with_client(source, lambda c: push_single(c, "projecthami/hami-custom", "v2.10.0-fix", seed=40))
+    extra = {
+        "devicePlugin": {
+            "nvidiaDriverRoot": "/",
+            "image": {"repository": "projecthami/hami-custom", "tag": "v2.10.0-fix"},
+        }
+    }
+    config = chart_config(tmp_path, source, target, {"repository": repository.url}, values={"extra": extra})
+    code, report, err = sync_json(config, capsys, VERSION)
+    assert code == 0, err
+    assert manifest_digest(target, "mirrored/projecthami_hami-custom", "v2.10.0-fix") == custom.digest
+    (entry,) = report["values"]
+    values = yaml.safe_load(Path(entry["path"]).read_text())
+    assert values["devicePlugin"] == {
+        "image": {"registry": target.host, "repository": "mirrored/projecthami_hami-custom", "tag": "v2.10.0-fix"},
+        "monitor": {"image": {"registry": target.host, "repository": "mirrored/projecthami_hami"}},
+        "nvidiaDriverRoot": "/",
+    }
+    assert entry["proof"]["ok"] is True
+    assert (f"{target.host}/mirrored/projecthami_hami-custom:v2.10.0-fix", "mirrored") in {
+        (i["image"], i["verdict"]) for i in entry["proof"]["images"]
+    }
+
+
 def render_with_helm(chart_bytes: bytes, values_path: Path) -> list[str]:
     """Every container image of the chart as Helm renders it with the values file."""
     with helm_python.Chart.load_archive(chart_bytes) as chart:

@@ -216,9 +216,10 @@ def test_each_block_is_written_back_in_its_own_shape() -> None:
         "repository": "ns/quay.io_prometheus_prometheus",
     }
     assert values["tools"]["image"] == f"{VPC}/ns/ghcr.io_project-hami_tools:v1"
-    # the pull secret reaches every place the charts take one
+    # the pull secret reaches every place the charts take one: in `global` as a plain name (the Bitnami convention
+    # HAMi's helper needs), elsewhere as the Kubernetes field's own `{name: ...}`, where values.yaml shows neither
     secrets = [{"name": "acr-pull"}]
-    assert values["global"]["imagePullSecrets"] == secrets and values["imagePullSecrets"] == secrets
+    assert values["global"]["imagePullSecrets"] == ["acr-pull"] and values["imagePullSecrets"] == secrets
     assert values["dcgm-exporter"]["imagePullSecrets"] == secrets
     # read back with the chart's defaults: every image now names the target
     again = image_blocks(archive, "1.32.0", values)

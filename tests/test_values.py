@@ -8,7 +8,12 @@ import pytest
 import yaml
 
 from mirror.acr import vpc_host_for
+from mirror.chart.archive import open_chart
+from mirror.chart.images import image_blocks, pull_secret_paths
+from mirror.chart.render import RenderRequest, render_images
+from mirror.demo.samplechart import hami_chart
 from mirror.engine.jobs import ChartJob, build_release_jobs
+from mirror.naming import flat_name
 from mirror.settings import ConfigError, MirrorSettings, load_settings
 from mirror.values import ChartInstall, PointedBlock, build_values, render_values, write_values
 
@@ -134,3 +139,28 @@ def test_an_image_of_the_release_left_on_docker_hub_is_named() -> None:
     assert [(b.key, b.reference) for b in chart.unmirrored] == [
         ("scheduler.patch.imageNew", "docker.io/liangjw/kube-webhook-certgen:v1.1.1")
     ]
+
+
+CUSTOM = {"repository": "projecthami/hami-custom", "tag": "v2.10.0-fix", "pullPolicy": "Always"}
+
+
+def test_a_users_values_keep_every_setting_but_cannot_move_a_mirrored_image_back() -> None:
+    """`values:` that set a mirrored block's repository and tag: the blocks are read with them, so the copy is
+    of what they name, and the written values point at that copy under the target's namespace (the user's
+    repository under the VPC host was never pushed), keeping every other setting and the user's pull secrets."""
+    target = settings_for("crpi-abc123.cn-hangzhou.personal.cr.aliyuncs.com").targets[0]
+    vpc = "crpi-abc123-vpc.cn-hangzhou.personal.cr.aliyuncs.com"
+    extra = {"devicePlugin": {"nvidiaDriverRoot": "/", "image": CUSTOM}, "global": {"imagePullSecrets": ["team"]}}
+    archive = open_chart(hami_chart("docker.io"), "hami")
+    blocks = [b for b in image_blocks(archive, "1.32.0", extra) if b.registry == "docker.io"]
+    pointed = [PointedBlock(b, flat_name(b.source, "docker.io")) for b in blocks]
+    values = build_values(target, pointed, extra, "acr-pull", pull_secret_paths(archive))
+    assert values["devicePlugin"]["image"] == {**CUSTOM, "registry": vpc, "repository": "my-ns/projecthami_hami-custom"}
+    assert values["devicePlugin"]["nvidiaDriverRoot"] == "/"
+    assert values["global"]["imagePullSecrets"] == ["team", "acr-pull"]
+    rendering = render_images(archive, values, RenderRequest("hami", "kube-system", "1.32.0"), "sdk")
+    device_plugin = {i.reference for i in rendering.images if i.source.endswith("device-plugin.yaml")}
+    assert device_plugin == {
+        f"{vpc}/my-ns/projecthami_hami-custom:v2.10.0-fix",
+        f"{vpc}/my-ns/projecthami_hami:v2.10.0",
+    }

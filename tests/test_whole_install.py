@@ -283,9 +283,17 @@ def test_one_sync_with_the_shipped_config_relocates_hami_hami_webui_and_dcgm_exp
         (i["image"], i["verdict"]) for i in webui_values["proof"]["images"]
     }
     assert values["dcgm-exporter"]["image"] == {"repository": f"{VPC}/{NAMESPACE}/nvcr.io_nvidia_k8s_dcgm-exporter"}
-    assert values["global"]["imagePullSecrets"] == [{"name": "acr-pull"}]  # this ACR allows no anonymous pull
+    # this ACR allows no anonymous pull: global in the Bitnami form every chart here takes, dcgm-exporter's own
+    # list in the Kubernetes form its `toYaml` passes through
+    assert values["global"]["imagePullSecrets"] == ["acr-pull"]
+    assert values["dcgm-exporter"]["imagePullSecrets"] == [{"name": "acr-pull"}]
     assert webui_values["helm"].startswith("helm install my-hami-webui ") and " -n hami " in webui_values["helm"]
     assert webui_values["kubectl"].startswith("kubectl create secret docker-registry acr-pull -n hami ")
+    # HAMi-WebUI's own Deployment renders no pull secret: named, with the steps that let its pods pull
+    assert "warnings" not in hami
+    (warning,) = webui_values["warnings"]
+    assert warning.startswith("Deployment my-hami-webui (hami-webui/templates/deployment.yaml) carries no pull secret")
+    assert "kubectl -n hami patch serviceaccount my-hami-webui -p " in warning
 
     marks = {name: len(whole_world.access_log(name)) for name in SOURCE_LOGS}
     again = whole_world.mirror("sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env=env)

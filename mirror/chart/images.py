@@ -19,7 +19,8 @@ else `global.imageTag` (HAMi's release tag), else the chart's appVersion. Render
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -35,6 +36,9 @@ MAX_INSTANCES = 256  # subcharts (each alias an instance) read in one chart, at 
 MAX_VALUES_NODES = 200_000
 MAX_KEY_CHARS = 256  # a values key longer than this is not walked for image blocks
 Shape = Literal["block", "repository", "string"]
+SecretForm = Literal["name", "string"]  # a pull secret entry `{name: acr-pull}` (Kubernetes' own shape) or `acr-pull`
+GLOBAL_SECRETS = ("global", "imagePullSecrets")
+COMMENTED_ENTRY = re.compile(r"#+\s*-\s+(\S.*)")  # a list entry commented out as an example
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,15 +353,167 @@ def _names_a_version(node: dict[str, Any]) -> bool:
     return any(key in node for key in ("registry", "tag", "digest"))
 
 
-def pull_secret_paths(chart: ChartArchive) -> list[tuple[str, ...]]:
-    """Where the chart and its subcharts take a list of pull secrets outside `global` (HAMi-WebUI's top-level
-    `imagePullSecrets`, dcgm-exporter's under its key), so a pull secret reaches every pod."""
-    return list(_secret_paths(chart, (), _Budget(chart)))
+@dataclass(frozen=True, slots=True)
+class PullSecretPlace:
+    """A list of pull secrets in the values, and the form its chart's templates take an entry in."""
+
+    path: tuple[str, ...]  # ("global", "imagePullSecrets"), ("dcgm-exporter", "imagePullSecrets")
+    form: SecretForm
+
+    def entry(self, name: str) -> str | dict[str, str]:
+        return {"name": name} if self.form == "name" else name
+
+    def other_form(self) -> PullSecretPlace:
+        return PullSecretPlace(self.path, "string" if self.form == "name" else "name")
 
 
-def _secret_paths(chart: ChartArchive, prefix: tuple[str, ...], budget: _Budget) -> Iterator[tuple[str, ...]]:
+def pull_secret_paths(chart: ChartArchive) -> list[PullSecretPlace]:
+    """Where the chart and its subcharts take a list of pull secrets: `global.imagePullSecrets` first, then each
+    list outside `global` (HAMi-WebUI's top-level `imagePullSecrets`, dcgm-exporter's under its key), so a pull
+    secret reaches every pod. Each in the form its chart's values.yaml suggests (`suggested_form`), else in
+    `global` the Bitnami convention, a plain name (HAMi's `common.images.pullSecrets` renders `- name: {{ . }}`
+    per entry; the charts that take both forms accept it), and elsewhere the Kubernetes field's own shape,
+    `{name: ...}` (what a template's `toYaml` passes through). The render proof checks the result."""
+    places = list(_secret_places(chart, (), _Budget(chart)))
+    hints = (suggested_form(part, GLOBAL_SECRETS) for part in _every_chart(chart, _Budget(chart)))
+    global_form: SecretForm = next((hint for hint in hints if hint is not None), "string")
+    return [PullSecretPlace(GLOBAL_SECRETS, global_form), *places]
+
+
+def _secret_places(chart: ChartArchive, prefix: tuple[str, ...], budget: _Budget) -> Iterator[PullSecretPlace]:
     values = chart.values()
     if isinstance(values.get("imagePullSecrets"), list):
-        yield (*prefix, "imagePullSecrets")
+        form = suggested_form(chart, ("imagePullSecrets",)) or "name"
+        yield PullSecretPlace((*prefix, "imagePullSecrets"), form)
     for subchart, key, _ in _dependencies(chart, values, None, budget):
-        yield from _secret_paths(subchart, (*prefix, key), budget)
+        yield from _secret_places(subchart, (*prefix, key), budget)
+
+
+def _every_chart(chart: ChartArchive, budget: _Budget) -> Iterator[ChartArchive]:
+    """The chart, then its subcharts at every depth, in file order."""
+    yield chart
+    for subchart, _, _ in _dependencies(chart, chart.values(), None, budget):
+        yield from _every_chart(subchart, budget)
+
+
+def suggested_form(chart: ChartArchive, path: tuple[str, ...]) -> SecretForm | None:
+    """The form of pull secret entries the chart's values.yaml shows at `path`: its default's entries when the
+    list has any, else the example commented beside the key (HAMi's `##   - myRegistryKeySecretName`,
+    kube-prometheus-stack's `# - name: "image-pull-secret"`); None when it shows neither."""
+    default = _lookup(chart.values(), ".".join(path))
+    if isinstance(default, list) and default:
+        return "name" if isinstance(default[0], dict) else "string"
+    text = chart.files.get("values.yaml", b"").decode("utf-8", "replace")
+    for comment in _comments_beside(text.splitlines(), path):
+        example = COMMENTED_ENTRY.match(comment)
+        if example:
+            return "name" if example.group(1).startswith("name:") else "string"
+    return None
+
+
+def _comments_beside(lines: list[str], path: tuple[str, ...]) -> Iterator[str]:
+    """The comment lines right above and right below the line that sets `path` in a block mapping, nearest
+    first; nothing where the path is not written that way."""
+    depth, parent = 0, -1  # keys matched, the last one's indentation
+    child: int | None = 0  # the indentation of its children (None: not seen yet)
+    for number, line in enumerate(lines):
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        own = len(line) - len(stripped)
+        if own <= parent:
+            return  # the block that held the rest of the path ended
+        child = own if child is None else child
+        key, colon, _ = stripped.partition(":")
+        if own == child and colon and key.strip().strip("'\"") == path[depth]:
+            depth, parent, child = depth + 1, own, None
+            if depth == len(path):
+                yield from _comment_run(reversed(lines[:number]))
+                yield from _comment_run(lines[number + 1 :])
+                return
+
+
+def _comment_run(lines: Iterable[str]) -> Iterator[str]:
+    for line in lines:
+        if not line.lstrip().startswith("#"):
+            return
+        yield line.strip()
+
+
+# --- what a rendered manifest pulls, pod by pod ---------------------------------------------------------------
+
+POD_SPEC_LISTS = ("containers", "initContainers", "ephemeralContainers")
+FREE_FORM_KEYS = ("data", "stringData", "binaryData", "annotations", "labels")
+
+
+@dataclass(frozen=True, slots=True)
+class PodPull:
+    """A pod a rendered manifest makes the cluster run (a pod template of any workload, hooks included, a Pod, a
+    custom resource whose `spec.image` an operator runs), with its images and the credentials it pulls them with."""
+
+    kind: str  # the manifest's: Deployment, DaemonSet, Job, CronJob, Prometheus...
+    name: str
+    namespace: str  # "" where the manifest leaves it to the release's
+    source: str  # the template it came from
+    images: tuple[str, ...]
+    pull_secrets: tuple[str, ...]  # the names its `imagePullSecrets` entries give (`{name: ...}`)
+    odd_secrets: tuple[str, ...] = ()  # entries of another shape (a bare string), as text
+    service_account: str = "default"
+
+    @property
+    def workload(self) -> str:
+        return f"{self.kind} {self.name}".strip()
+
+
+def pod_pulls(document: Any, source: str) -> Iterator[PodPull]:
+    """Each pod of one rendered document."""
+    if not isinstance(document, dict):
+        return
+    metadata = _mapping(document.get("metadata"))
+    kind, name = str(document.get("kind") or ""), str(metadata.get("name") or "")
+    for spec in _pod_specs(document):
+        names, odd = _secret_entries(spec.get("imagePullSecrets"))
+        account = _text(spec.get("serviceAccountName")) or _text(spec.get("serviceAccount")) or "default"
+        images = tuple(_spec_images(spec))
+        yield PodPull(kind, name, _text(metadata.get("namespace")), source, images, names, odd, account)
+
+
+def _pod_specs(document: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    spec = document.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("image"), str) and "containers" not in spec:
+        yield spec  # a custom resource the operator runs as pods (Prometheus, Alertmanager)
+    else:
+        yield from _nested_pod_specs(document)
+
+
+def _nested_pod_specs(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        if isinstance(node.get("containers"), list):
+            yield node
+            return
+        for key, child in node.items():
+            if key not in FREE_FORM_KEYS:
+                yield from _nested_pod_specs(child)
+    elif isinstance(node, list):
+        for child in node:
+            yield from _nested_pod_specs(child)
+
+
+def _spec_images(spec: dict[str, Any]) -> Iterator[str]:
+    if isinstance(spec.get("image"), str) and spec["image"].strip():
+        yield spec["image"]
+    for key in POD_SPEC_LISTS:
+        for container in spec.get(key) or []:
+            if isinstance(container, dict) and isinstance(container.get("image"), str):
+                yield container["image"]
+
+
+def _secret_entries(entries: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the names of `{name: ...}` entries, every other entry as text)."""
+    names, odd = [], []
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            names.append(entry["name"])
+        else:
+            odd.append(str(entry))
+    return tuple(names), tuple(odd)

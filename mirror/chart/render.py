@@ -17,7 +17,7 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +25,7 @@ import yaml
 
 from mirror.chart import renderchild
 from mirror.chart.archive import ChartArchive, ChartError
-from mirror.chart.images import every_subchart_on, image_blocks
+from mirror.chart.images import PodPull, every_subchart_on, image_blocks, pod_pulls
 from mirror.chart.merge import deep_merge
 from mirror.untrusted import UntrustedInput, YamlLimits, clip, load_yaml_all
 
@@ -73,6 +73,7 @@ class RenderedImage:
 class Rendering:
     renderer: str  # what rendered it, for the report
     images: tuple[RenderedImage, ...]
+    pods: tuple[PodPull, ...] = ()  # each rendered pod with its pull secrets (none from values.yaml alone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +144,10 @@ def render_install(
         for image in second.images
         if image.reference not in seen
     )
-    return Rendering(first.renderer, first.images + extra)
+    more_pods = tuple(
+        replace(pod, source=f"{pod.source} (every subchart on)") for pod in second.pods if pod not in first.pods
+    )
+    return Rendering(first.renderer, first.images + extra, first.pods + more_pods)
 
 
 class _SdkUnavailable(Exception):
@@ -184,7 +188,7 @@ def _render_sdk(
     if "error" in answer:
         raise ChartError(f"{_chart(archive)}: Helm could not render it: {clip(str(answer['error']))}")
     manifests: dict[str, str] = answer["manifests"]
-    return Rendering(f"Helm {answer['helm']} (helm-python-sdk)", tuple(_images(manifests)))
+    return _read(f"Helm {answer['helm']} (helm-python-sdk)", manifests)
 
 
 def _render_binary(
@@ -201,9 +205,7 @@ def _render_binary(
     if ended.returncode != 0:
         stderr = ended.stderr.decode("utf-8", "replace").strip()
         raise ChartError(f"{_chart(archive)}: helm template failed: {clip(stderr, 500)}")
-    return Rendering(
-        f"helm binary ({helm})", tuple(_images({"helm template": ended.stdout.decode("utf-8", "replace")}))
-    )
+    return _read(f"helm binary ({helm})", {"helm template": ended.stdout.decode("utf-8", "replace")})
 
 
 def _check_bounds(archive: ChartArchive, ended: renderchild.Ended, bounds: RenderBounds) -> None:
@@ -249,13 +251,17 @@ def _render_values(archive: ChartArchive, values: dict[str, Any], request: Rende
     return Rendering("values.yaml only (no Helm available: every image block counts, used or not)", images)
 
 
-def _images(manifests: dict[str, str]) -> Iterator[RenderedImage]:
+def _read(renderer: str, manifests: dict[str, str]) -> Rendering:
+    """Every image the manifests pull, and each pod that pulls them, with its pull secrets."""
+    images: list[RenderedImage] = []
+    pods: list[PodPull] = []
     for template, text in manifests.items():
         if not template.endswith((".yaml", ".yml", "helm template")):
             continue  # NOTES.txt and other text
         for document in load_yaml_all(text, clip(template, 200), MANIFEST_YAML_LIMITS):
-            for reference in _container_images(document):
-                yield RenderedImage(reference, template)
+            images += (RenderedImage(reference, template) for reference in _container_images(document))
+            pods += pod_pulls(document, template)
+    return Rendering(renderer, tuple(images), tuple(pods))
 
 
 def _container_images(node: Any) -> Iterator[str]:

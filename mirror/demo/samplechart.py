@@ -1,9 +1,10 @@
 """A sample chart shaped like HAMi's, and a classic Helm repository that serves it (the demo and the tests).
 
-Like the real chart: empty tags resolved through `global.imageTag`; kube-scheduler from another
-registry with the cluster's Kubernetes version as its tag; a certgen image used only on Kubernetes < 1.22
-and another on >= 1.22; a mock device plugin only with `mockDevicePlugin.enabled`; another vendor's image
-left empty.
+Like the real chart, whose image and pull secret helpers it uses as HAMi ships them (`_commons.tpl`,
+`_helpers.tpl`): empty tags resolved through `global.imageTag`; kube-scheduler from another registry with the
+cluster's Kubernetes version as its tag; a certgen image used only on Kubernetes < 1.22 and another on >= 1.22,
+in a pre-install hook Job; a mock device plugin only with `mockDevicePlugin.enabled`; another vendor's image
+left empty; `global.imagePullSecrets` rendered on every pod as `- name: {{ . }}` per entry (plain names).
 """
 
 from __future__ import annotations
@@ -32,41 +33,52 @@ kubeVersion: ">= 1.18.0-0"
 """
 
 VALUES_YAML = """global:
-  imageTag: v{version}
+  ## E.g.
+  ## imagePullSecrets:
+  ##   - myRegistryKeySecretName
+  ## @param global.imagePullSecrets Global Docker image pull secrets
   imagePullSecrets: []
+  imageTag: v{version}
 scheduler:
   kubeScheduler:
+    enabled: true
     image:
       registry: registry.cn-hangzhou.aliyuncs.com
       repository: google_containers/kube-scheduler
       tag: ""
       pullPolicy: IfNotPresent
+      pullSecrets: []
   extender:
     image:
       registry: {registry}
       repository: projecthami/hami
       tag: ""
       pullPolicy: IfNotPresent
+      pullSecrets: []
   patch:
     image:
       registry: {registry}
       repository: jettech/kube-webhook-certgen
       tag: v1.5.2
+      pullSecrets: []
     imageNew:
       registry: {registry}
       repository: liangjw/kube-webhook-certgen
       tag: v1.1.1
+      pullSecrets: []
 devicePlugin:
   nvidiaDriverRoot: /usr/local/nvidia
   image:
     registry: {registry}
     repository: projecthami/hami
     tag: ""
+    pullSecrets: []
   monitor:
     image:
       registry: {registry}
       repository: projecthami/hami
       tag: ""
+      pullSecrets: []
 mockDevicePlugin:
   enabled: false
   image:
@@ -78,11 +90,121 @@ devices:
     image: ""
 """
 
-HELPERS = """{{- define "hami.image" -}}
-{{- $tag := .image.tag | default .root.Values.global.imageTag -}}
-{{- printf "%s/%s:%s" .image.registry .image.repository $tag -}}
+# verbatim from HAMi's charts/hami/templates/_commons.tpl: an image and the pods' pull secrets. The pull secret
+# helper renders each entry as `- name: {{ . }}`, so `global.imagePullSecrets` takes plain names
+COMMONS = """{{- define "common.images.image" -}}
+{{- $registryName := .imageRoot.registry -}}
+{{- $repositoryName := .imageRoot.repository -}}
+{{- $tag := .imageRoot.tag | toString -}}
+{{- if .global }}
+    {{- if .global.imageRegistry }}
+     {{- $registryName = .global.imageRegistry -}}
+    {{- end -}}
+{{- end -}}
+{{- if .tag }}
+     {{- $tag = .tag | toString -}}
+{{- end -}}
+{{- if $registryName }}
+{{- printf "%s/%s:%s" $registryName $repositoryName $tag -}}
+{{- else -}}
+{{- printf "%s:%s" $repositoryName $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "common.images.pullSecrets" -}}
+  {{- $pullSecrets := list }}
+
+  {{- if .global }}
+    {{- range .global.imagePullSecrets -}}
+      {{- $pullSecrets = append $pullSecrets . -}}
+    {{- end -}}
+  {{- end -}}
+
+  {{- range .images -}}
+    {{- range .pullSecrets -}}
+      {{- $pullSecrets = append $pullSecrets . -}}
+    {{- end -}}
+  {{- end -}}
+
+  {{- if (not (empty $pullSecrets)) }}
+imagePullSecrets:
+    {{- range $pullSecrets }}
+  - name: {{ . }}
+    {{- end }}
+  {{- end }}
 {{- end -}}
 """
+
+# HAMi's charts/hami/templates/_helpers.tpl, the image and pull secret defines
+HELPERS = """{{- define "resolvedKubeSchedulerTag" -}}
+{{- if .Values.scheduler.kubeScheduler.image.tag }}
+{{- .Values.scheduler.kubeScheduler.image.tag | trim -}}
+{{- else }}
+{{- include "strippedKubeVersion" . | trim -}}
+{{- end }}
+{{- end }}
+
+{{- define "strippedKubeVersion" -}}
+{{ regexReplaceAll "^(v[0-9]+\\\\.[0-9]+\\\\.[0-9]+)(.*)$" .Capabilities.KubeVersion.Version "$1" }}
+{{- end -}}
+
+{{- define "hami.imageTagOrGlobal" -}}
+{{- .imageRoot.tag | default (and .global .global.imageTag) | default "" | toString | trim -}}
+{{- end -}}
+
+{{- define "hami.image" -}}
+{{- $tag := include "hami.imageTagOrGlobal" . -}}
+{{- include "common.images.image" (dict "imageRoot" .imageRoot "global" .global "tag" $tag) -}}
+{{- end -}}
+
+{{- define "hami.scheduler.kubeScheduler.image" -}}
+{{ include "common.images.image" (dict "imageRoot" .Values.scheduler.kubeScheduler.image "global" .Values.global "tag" (include "resolvedKubeSchedulerTag" .)) }}
+{{- end -}}
+
+{{- define "hami.scheduler.extender.image" -}}
+{{ include "hami.image" (dict "imageRoot" .Values.scheduler.extender.image "global" .Values.global) }}
+{{- end -}}
+
+{{- define "hami.devicePlugin.image" -}}
+{{ include "hami.image" (dict "imageRoot" .Values.devicePlugin.image "global" .Values.global) }}
+{{- end -}}
+
+{{- define "hami.mockDevicePlugin.image" -}}
+{{ include "common.images.image" (dict "imageRoot" .Values.mockDevicePlugin.image "global" .Values.global "tag" .Values.mockDevicePlugin.tag) }}
+{{- end -}}
+
+{{- define "hami.devicePlugin.monitor.image" -}}
+{{ include "hami.image" (dict "imageRoot" .Values.devicePlugin.monitor.image "global" .Values.global) }}
+{{- end -}}
+
+{{- define "hami.scheduler.patch.image" -}}
+{{ include "common.images.image" (dict "imageRoot" .Values.scheduler.patch.image "global" .Values.global) }}
+{{- end -}}
+
+{{- define "hami.scheduler.patch.new.image" -}}
+{{ include "common.images.image" (dict "imageRoot" .Values.scheduler.patch.imageNew "global" .Values.global) }}
+{{- end -}}
+
+{{- define "hami.scheduler.extender.imagePullSecrets" -}}
+{{- $images := list .Values.scheduler.extender.image -}}
+{{- if .Values.scheduler.kubeScheduler.enabled -}}
+{{- $images = append $images .Values.scheduler.kubeScheduler.image -}}
+{{- end -}}
+{{ include "common.images.pullSecrets" (dict "images" $images "global" .Values.global) }}
+{{- end -}}
+
+{{- define "hami.devicePlugin.imagePullSecrets" -}}
+{{ include "common.images.pullSecrets" (dict "images" (list .Values.devicePlugin.image) "global" .Values.global) }}
+{{- end -}}
+
+{{- define "hami.scheduler.patch.imagePullSecrets" -}}
+{{ include "common.images.pullSecrets" (dict "images" (list .Values.scheduler.patch.image) "global" .Values.global) }}
+{{- end -}}
+
+{{- define "hami.scheduler.patch.new.imagePullSecrets" -}}
+{{ include "common.images.pullSecrets" (dict "images" (list .Values.scheduler.patch.imageNew) "global" .Values.global) }}
+{{- end -}}
+"""  # noqa: E501 - the real template's lines
 
 SCHEDULER = """apiVersion: apps/v1
 kind: Deployment
@@ -92,31 +214,39 @@ spec:
   template:
     metadata: {labels: {app: hami-scheduler}}
     spec:
-      {{- with .Values.global.imagePullSecrets }}
-      imagePullSecrets: {{ toYaml . | nindent 8 }}
-      {{- end }}
+      priorityClassName: system-node-critical
+      {{- include "hami.scheduler.extender.imagePullSecrets" . | nindent 6 }}
       containers:
+        {{- if .Values.scheduler.kubeScheduler.enabled }}
         - name: kube-scheduler
-          {{- $kube := .Values.scheduler.kubeScheduler.image }}
-          {{- $version := .Capabilities.KubeVersion.Version }}
-          image: "{{ $kube.registry }}/{{ $kube.repository }}:{{ $kube.tag | default $version }}"
+          image: {{ include "hami.scheduler.kubeScheduler.image" . }}
+        {{- end }}
         - name: vgpu-scheduler-extender
-          image: {{ include "hami.image" (dict "image" .Values.scheduler.extender.image "root" .) | quote }}
+          image: {{ include "hami.scheduler.extender.image" . }}
 """
 
 PATCH = """apiVersion: batch/v1
 kind: Job
-metadata: {name: {{ .Release.Name }}-hami-admission-create}
+metadata:
+  name: {{ .Release.Name }}-hami-admission-create
+  annotations:
+    helm.sh/hook: pre-install,pre-upgrade
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 spec:
   template:
     spec:
       restartPolicy: OnFailure
+      {{- if semverCompare ">=1.22-0" .Capabilities.KubeVersion.GitVersion }}
+      {{- include "hami.scheduler.patch.new.imagePullSecrets" . | nindent 6 }}
+      {{- else }}
+      {{- include "hami.scheduler.patch.imagePullSecrets" . | nindent 6 }}
+      {{- end }}
       containers:
         - name: create
           {{- if semverCompare ">=1.22-0" .Capabilities.KubeVersion.GitVersion }}
-          image: {{ include "hami.image" (dict "image" .Values.scheduler.patch.imageNew "root" .) | quote }}
+          image: {{ include "hami.scheduler.patch.new.image" . }}
           {{- else }}
-          image: {{ include "hami.image" (dict "image" .Values.scheduler.patch.image "root" .) | quote }}
+          image: {{ include "hami.scheduler.patch.image" . }}
           {{- end }}
 """
 
@@ -128,12 +258,13 @@ spec:
   template:
     metadata: {labels: {app: hami-device-plugin}}
     spec:
+      {{- include "hami.devicePlugin.imagePullSecrets" . | nindent 6 }}
       containers:
         - name: device-plugin
-          image: {{ include "hami.image" (dict "image" .Values.devicePlugin.image "root" .) | quote }}
+          image: {{ include "hami.devicePlugin.image" . }}
           env: [{name: DRIVER_ROOT, value: {{ .Values.devicePlugin.nvidiaDriverRoot | quote }}}]
         - name: vgpu-monitor
-          image: {{ include "hami.image" (dict "image" .Values.devicePlugin.monitor.image "root" .) | quote }}
+          image: {{ include "hami.devicePlugin.monitor.image" . }}
 """
 
 MOCK = """{{- if .Values.mockDevicePlugin.enabled }}
@@ -147,7 +278,7 @@ spec:
     spec:
       containers:
         - name: mock
-          image: {{ include "hami.image" (dict "image" .Values.mockDevicePlugin.image "root" .) | quote }}
+          image: {{ include "hami.mockDevicePlugin.image" . }}
 {{- end }}
 """
 
@@ -158,6 +289,7 @@ def chart_files(registry: str, version: str = "2.10.0", name: str = "hami") -> d
     return {
         "Chart.yaml": CHART_YAML.format(name=name, version=version),
         "values.yaml": VALUES_YAML.format(registry=registry, version=version),
+        "templates/_commons.tpl": COMMONS,
         "templates/_helpers.tpl": HELPERS,
         "templates/scheduler.yaml": SCHEDULER,
         "templates/patch-job.yaml": PATCH,

@@ -8,7 +8,8 @@ are files under `charts/<chart>/` beside this module (`chart_tree`); the `_helpe
 - `hami-webui` itself: `image.frontend` and `image.backend` have no `registry` key, a bare Docker Hub name in
   `repository` and a `digest` that wins over the tag (rendered `repository@digest`, as the real
   `hami-webui.image` helper does); `imagePullSecrets: []` is in the values, but the Deployment does not render
-  it (neither does the real one);
+  it, and no values give its ServiceAccount one (nor do the real chart's): on a private target its pods pull only
+  once that ServiceAccount is given the secret;
 - `charts/dcgm-exporter-3.5.0.tgz` (NVIDIA's chart, enabled by `dcgm-exporter.enabled: true`): the host inside
   `image.repository` (`nvcr.io/nvidia/k8s/dcgm-exporter`), `image.tag` set, and the DaemonSet falling back to
   the chart's appVersion (`3.5.0`) when the tag is emptied;

@@ -81,12 +81,9 @@ async def deliver(
 ) -> Delivery:
     outcomes = outcomes_at(job, result, target)
     pull_secret = result.pull_secret_for(target)
-    pointed = [_pointed(job, use, outcomes) for use in chart.uses]
-    secret_paths = pull_secret_paths(chart.archive) if chart.archive is not None else []
-    values = build_values(target, pointed, chart.spec.extra, pull_secret, secret_paths)
+    values, proof = await _proven_values(settings, job, chart, target, outcomes, pull_secret)
     problems = [f"{block.key} would still pull {block.reference}" for block in chart.unmirrored]
     install = ChartInstall(chart.spec.default_reference)
-    proof = await _prove(settings, job, chart, target, values, outcomes)
     if proof is not None:
         problems += [f"the rendered chart pulls {failure}" for failure in proof.failures()]
     problems = list(dict.fromkeys(problems))
@@ -115,6 +112,30 @@ async def deliver(
     return Delivery(written)
 
 
+async def _proven_values(
+    settings: MirrorSettings,
+    job: ReleaseJob,
+    chart: ChartJob,
+    target: TargetSettings,
+    outcomes: dict[int, TargetResult],
+    pull_secret: str | None,
+) -> tuple[dict[str, Any], Proof | None]:
+    """The values and their proof. Where a rendered pod names the pull secret in a form its chart does not take
+    (`name: map[name:acr-pull]`), the values are built and proven once more with each list's other form, and
+    the ones that reach more pods are kept: a second render only then."""
+    pointed = [_pointed(job, use, outcomes) for use in chart.uses]
+    places = pull_secret_paths(chart.archive) if chart.archive is not None else []
+    values = build_values(target, pointed, chart.spec.extra, pull_secret, places)
+    proof = await _prove(settings, job, chart, target, values, outcomes, pull_secret)
+    if proof is None or not proof.secret_in_another_form:
+        return values, proof
+    other = build_values(target, pointed, chart.spec.extra, pull_secret, [place.other_form() for place in places])
+    second = await _prove(settings, job, chart, target, other, outcomes, pull_secret)
+    if second is not None and len(second.pods_without_secret) < len(proof.pods_without_secret):
+        return other, second
+    return values, proof
+
+
 async def _prove(
     settings: MirrorSettings,
     job: ReleaseJob,
@@ -122,9 +143,11 @@ async def _prove(
     target: TargetSettings,
     values: dict[str, Any],
     outcomes: dict[int, TargetResult],
+    pull_secret: str | None = None,
 ) -> Proof | None:
     """Render the chart with the values (every subchart on too, where their images were mirrored) and judge
-    every image it would pull; None without a chart to render."""
+    every image it would pull, and with a pull secret every pod that pulls from the target; None without a
+    chart to render."""
     if chart.archive is None or settings.chart is None:
         return None
     spec = chart.spec
@@ -136,7 +159,8 @@ async def _prove(
     named = {str(use.block.source) for use in chart.uses} | {str(b.source) for b in chart.unmirrored}
     verified = verified_references(job, {i: o for i, o in outcomes.items() if i in chart.copies}, target)
     ours = frozenset(f"{host}/{target.namespace}/" for host in (target.registry, pull_registry(target)))
-    return check_rendering(rendering, verified, settings.chart.allowed_registries, named, ours)
+    allowed = settings.chart.allowed_registries
+    return check_rendering(rendering, verified, allowed, named, ours, rendering.pods, pull_secret)
 
 
 async def _publish(
