@@ -204,14 +204,22 @@ def dra_rbac(settings: ValuesSettings) -> str:
     return "# kubectl apply -f this file before helm install\n" + yaml.safe_dump_all(documents, sort_keys=False)
 
 
+PRESENT_NAMESPACES = ("kube-system", "default")  # in every cluster: no need to make them
+
+
 def kubectl_secret_command(
     target: TargetSettings, settings: ValuesSettings, name: str, namespace: str | None = None
 ) -> str:
-    return (
-        f"kubectl create secret docker-registry {name} -n {namespace or settings.kube_namespace} "
-        f"--docker-server={pull_registry(target)} --docker-username=<your account name> "
-        "--docker-password=<your registry password>"
+    """The pull secret's kubectl line, run before `helm install`: in a namespace the install would create
+    (`--create-namespace`), the namespace is made first, as apply makes it (nothing if it is there)."""
+    namespace = namespace or settings.kube_namespace
+    secret = (
+        f"kubectl create secret docker-registry {name} -n {namespace} --docker-server={pull_registry(target)} "
+        "--docker-username=<your account name> --docker-password=<your registry password>"
     )
+    if namespace in PRESENT_NAMESPACES:
+        return secret
+    return f"kubectl create namespace {namespace} --dry-run=client -o yaml | kubectl apply -f - && {secret}"
 
 
 def render_values(values: dict[str, Any], header: str) -> str:

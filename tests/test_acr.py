@@ -248,7 +248,7 @@ def test_pull_secret_exactly_when_anonymous_pulls_fail(
     assert values["pull_secret"] == expected_secret
     written = yaml.safe_load(Path(values["path"]).read_text())
     if expected_secret:
-        assert written["global"] == {"imagePullSecrets": [{"name": "acr-pull"}]}
+        assert written["global"] == {"imagePullSecrets": ["acr-pull"]}  # as HAMi's chart renders it
         assert values["kubectl"].startswith("kubectl create secret docker-registry acr-pull -n kube-system ")
         assert "--docker-password=<your registry password>" in values["kubectl"] and PASSWORD not in values["kubectl"]
     else:
@@ -263,7 +263,7 @@ def test_declared_pull_secret_is_always_used(
     code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     written = yaml.safe_load(Path(report["values"][0]["path"]).read_text())
-    assert written["global"] == {"imagePullSecrets": [{"name": "my-acr"}]}
+    assert written["global"] == {"imagePullSecrets": ["my-acr"]}
 
 
 def test_new_personal_instances_never_allow_anonymous_pulls() -> None:
@@ -361,7 +361,7 @@ def test_every_path_keeps_the_pull_secret_for_a_target_that_refuses_anonymous_pu
     service = {"api_token": API_TOKEN, "poll_seconds": 0.2}
     extra = {"state_dir": str(token_world.tmp / "state"), "webhook": {"secret": SECRET}, "service": service}
     config = token_world.config({"username": USER, "password": PASSWORD}, **extra)
-    expected = {"imagePullSecrets": [{"name": "acr-pull"}]}
+    expected = {"imagePullSecrets": ["acr-pull"]}
     for args in ((), ()):  # a copy, then the fast path
         code, report, err = sync_json(config, capsys, VERSION, *args)
         assert code == 0, err

@@ -288,7 +288,8 @@ def test_one_sync_with_the_shipped_config_relocates_hami_hami_webui_and_dcgm_exp
     assert values["global"]["imagePullSecrets"] == ["acr-pull"]
     assert values["dcgm-exporter"]["imagePullSecrets"] == [{"name": "acr-pull"}]
     assert webui_values["helm"].startswith("helm install my-hami-webui ") and " -n hami " in webui_values["helm"]
-    assert webui_values["kubectl"].startswith("kubectl create secret docker-registry acr-pull -n hami ")
+    made = "kubectl create namespace hami --dry-run=client -o yaml | kubectl apply -f - && "
+    assert webui_values["kubectl"].startswith(made + "kubectl create secret docker-registry acr-pull -n hami ")
     # HAMi-WebUI's own Deployment renders no pull secret: named, with the steps that let its pods pull
     assert "warnings" not in hami
     (warning,) = webui_values["warnings"]
