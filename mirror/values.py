@@ -227,10 +227,16 @@ def render_values(values: dict[str, Any], header: str) -> str:
     return comment + yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
 
 
-def helm_command(spec: ChartSpec, chart_version: str, chart: str, path: Path) -> str:
+def helm_command(spec: ChartSpec, chart_version: str, chart: str, path: Path, private: bool = False) -> str:
+    """The install line. A chart published to a target whose repositories need credentials (anonymous pulls
+    failed there) needs Helm logged in to that registry first: Helm fetches the chart itself."""
     version_flag = "" if chart.endswith(".tgz") else f" --version {chart_version}"  # a file has one
     create = "" if spec.namespace == "kube-system" else " --create-namespace"
-    return f"helm install {spec.release} {chart} -n {spec.namespace}{create}{version_flag} -f {path}"
+    install = f"helm install {spec.release} {chart} -n {spec.namespace}{create}{version_flag} -f {path}"
+    if private and chart.startswith("oci://"):
+        host = chart.removeprefix("oci://").split("/", 1)[0]
+        return f"helm registry login {host} --username <your account name> && {install}"
+    return install
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +300,7 @@ def write_values(
     return ValuesFile(
         target.name,
         path,
-        helm_command(spec, chart_version_, chart, path),
+        helm_command(spec, chart_version_, chart, path, private=pull_secret is not None),
         directories[-1] / RBAC_FILE_NAME if rbac is not None else None,
         pull_secret,
         kubectl,

@@ -252,6 +252,9 @@ def test_a_sync_that_needs_a_pull_secret_writes_it_as_hamis_chart_renders_it(
             if any(c["image"].startswith(target.host) for c in pod.get("containers", [])):
                 secrets.append(pod.get("imagePullSecrets"))
     assert secrets == [SECRET] * 3
+    # Helm fetches the published chart itself: from the push host, logged in, as the repository is private
+    login = f"helm registry login {target.host} --username <your account name> && "
+    assert entry["helm"].startswith(login + f"helm install hami oci://{target.host}/mirrored/hami -n kube-system ")
 
 
 PULL_SECRET = {"pull_secret": "acr-pull"}

@@ -15,7 +15,7 @@ from mirror.demo.samplechart import hami_chart
 from mirror.engine.jobs import ChartJob, build_release_jobs
 from mirror.naming import flat_name
 from mirror.settings import ConfigError, MirrorSettings, load_settings
-from mirror.values import ChartInstall, PointedBlock, build_values, render_values, write_values
+from mirror.values import ChartInstall, ChartSpec, PointedBlock, build_values, helm_command, render_values, write_values
 
 GOLDEN = Path(__file__).parent / "golden" / "hami-ack-values.seed.yaml"
 DEFAULT_CONFIG = Path(__file__).parents[1] / "config" / "mirror.yaml"
@@ -164,3 +164,19 @@ def test_a_users_values_keep_every_setting_but_cannot_move_a_mirrored_image_back
         f"{vpc}/my-ns/projecthami_hami-custom:v2.10.0-fix",
         f"{vpc}/my-ns/projecthami_hami:v2.10.0",
     }
+
+
+def test_an_acr_target_publishes_the_chart_at_its_push_host_where_helm_runs() -> None:
+    """Nodes pull images from the VPC host; Helm, run from an operator's machine, fetches the chart itself, so
+    the install line names the host the chart was pushed to, logged in where the repository is private."""
+    spec = ChartSpec("hami", "hami", "kube-system", "hami-ack-values.yaml")
+    chart = "oci://registry.cn-hangzhou.aliyuncs.com/ns/hami"
+    line = helm_command(spec, "2.10.0", chart, Path("out/hz/hami-ack-values.yaml"), private=True)
+    assert line == (
+        "helm registry login registry.cn-hangzhou.aliyuncs.com --username <your account name> && helm install hami "
+        f"{chart} -n kube-system --version 2.10.0 -f out/hz/hami-ack-values.yaml"
+    )
+    public = helm_command(spec, "2.10.0", chart, Path("v.yaml"))
+    assert public == f"helm install hami {chart} -n kube-system --version 2.10.0 -f v.yaml"
+    beside = helm_command(spec, "2.10.0", "out/hz/hami-2.10.0.tgz", Path("v.yaml"), private=True)
+    assert beside == "helm install hami out/hz/hami-2.10.0.tgz -n kube-system -f v.yaml"  # a file needs no login

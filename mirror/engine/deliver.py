@@ -177,4 +177,4 @@ async def _publish(
         note = f"{published.refusal}; the chart's .tgz is written beside the values instead"
         log.warning("%s: %s", label, note)
         return ChartInstall("", archive, note)
-    return ChartInstall(f"oci://{pull_registry(target)}/{repository}")
+    return ChartInstall(f"oci://{target.registry}/{repository}")  # Helm fetches it where it runs: the public host
