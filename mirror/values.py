@@ -164,11 +164,22 @@ def _nested(path: tuple[str, ...], leaf: Any) -> dict[str, Any]:
     return dict(node)
 
 
-def scheduler_service_account(release: str, chart_name: str = "hami") -> str:
-    """The chart's scheduler ServiceAccount: `<fullname>-scheduler`, where the fullname is the release name
-    when it contains the chart name, else `<release>-hami` (Helm's usual fullname rule)."""
-    fullname = release if chart_name in release else f"{release}-{chart_name}"
-    return f"{fullname}-scheduler"[:63].rstrip("-")
+def scheduler_service_account(release: str, values: Mapping[str, Any] | None = None, chart_name: str = "hami") -> str:
+    """The chart's scheduler ServiceAccount as its `hami-vgpu.scheduler` helper names it: `<fullname>-scheduler`,
+    the fullname being `fullnameOverride`, else the release name when it contains the chart's name
+    (`nameOverride`, else `hami`), else `<release>-<name>`."""
+    values = values or {}
+    name = _helm_name(str(values.get("nameOverride") or chart_name))
+    if values.get("fullnameOverride"):
+        fullname = _helm_name(str(values["fullnameOverride"]))
+    else:
+        fullname = _helm_name(release if name in release else f"{release}-{name}")
+    return _helm_name(f"{fullname}-scheduler")
+
+
+def _helm_name(text: str) -> str:
+    """`trunc 63 | trimSuffix "-"`, as the chart's helpers cut a name."""
+    return text[:63].removesuffix("-")
 
 
 def dra_rbac(settings: ValuesSettings) -> str:
@@ -195,8 +206,8 @@ def dra_rbac(settings: ValuesSettings) -> str:
             "subjects": [
                 {
                     "kind": "ServiceAccount",
-                    "name": scheduler_service_account(settings.release),
-                    "namespace": settings.kube_namespace,
+                    "name": scheduler_service_account(settings.release, settings.extra),
+                    "namespace": str(settings.extra.get("namespaceOverride") or settings.kube_namespace),
                 }
             ],
         },

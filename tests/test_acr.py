@@ -382,3 +382,25 @@ def test_every_path_keeps_the_pull_secret_for_a_target_that_refuses_anonymous_pu
     finally:
         running.stop()
     assert yaml.safe_load(text)["global"] == expected
+
+
+@pytest.mark.parametrize(
+    ("release", "extra", "account", "namespace"),
+    [
+        ("hami", {"fullnameOverride": "gpu-sharing"}, "gpu-sharing-scheduler", "kube-system"),
+        ("hami", {"nameOverride": "vgpu"}, "hami-vgpu-scheduler", "kube-system"),
+        ("my-vgpu", {"nameOverride": "vgpu"}, "my-vgpu-scheduler", "kube-system"),
+        ("hami", {"namespaceOverride": "gpu-system"}, "hami-scheduler", "gpu-system"),
+        ("r", {"fullnameOverride": "x" * 70}, "x" * 63, "kube-system"),  # cut to 63, as the chart's helper cuts
+    ],
+)
+def test_rbac_follows_the_charts_name_and_namespace_overrides(
+    release: str, extra: dict[str, str], account: str, namespace: str
+) -> None:
+    """The chart names its scheduler's ServiceAccount from fullnameOverride, nameOverride and the release, in the
+    namespace namespaceOverride names: a binding to any other name never lets the scheduler take its lease."""
+    from mirror.settings import ValuesSettings
+
+    settings = ValuesSettings(release=release, extra=extra)
+    _, binding = yaml.safe_load_all(dra_rbac(settings))
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]

@@ -77,7 +77,7 @@ def rendered_pods(raw: bytes, values: dict[str, Any], release: str, namespace: s
 
 
 def test_hamis_own_helper_renders_the_secret_by_name_on_every_pod_hooks_included() -> None:
-    """HAMi's real `common.images.pullSecrets` (the sample chart's helper, as HAMi ships it)."""
+    """A helper that renders pull secrets as HAMi's `common.images.pullSecrets` does (the sample chart's)."""
     raw = hami_chart("docker.io")
     archive = open_chart(raw, "hami")
     values = build_values(TARGET, pointed(archive), {}, "acr-pull", pull_secret_paths(archive))
@@ -314,7 +314,7 @@ def test_the_render_corrects_a_form_the_values_yaml_suggests_wrongly_and_renders
 ) -> None:
     """A values.yaml whose example shows `{name: ...}` above HAMi's helper: the proof's render finds
     `map[name:acr-pull]` on every pod, the values are built and rendered once more in the other form, and that
-    is what is written. With the example right (the sample as HAMi ships it), one render."""
+    is what is written. With the example right (the sample as HAMi's values.yaml shows it), one render."""
     renders: list[dict[str, Any]] = []
 
     def counted(archive: ChartArchive, values: dict[str, Any], *args: Any) -> Any:
@@ -327,7 +327,7 @@ def test_the_render_corrects_a_form_the_values_yaml_suggests_wrongly_and_renders
     assert sync_json(config, capsys, VERSION)[0] == 0
     assert len(renders) == 1
     files = chart_files(source.host, CHART_VERSION)
-    files["values.yaml"] = files["values.yaml"].replace("##   - myRegistryKeySecretName", "##   - name: regcred")
+    files["values.yaml"] = files["values.yaml"].replace("##   - my-registry-secret", "##   - name: regcred")
     repository.add("hami", CHART_VERSION, package(files))
     renders.clear()
     code, report, err = sync_json(config, capsys, VERSION)

@@ -1,10 +1,10 @@
 """A sample chart shaped like HAMi's, and a classic Helm repository that serves it (the demo and the tests).
 
-Like the real chart, whose image and pull secret helpers it uses as HAMi ships them (`_commons.tpl`,
-`_helpers.tpl`): empty tags resolved through `global.imageTag`; kube-scheduler from another registry with the
-cluster's Kubernetes version as its tag; a certgen image used only on Kubernetes < 1.22 and another on >= 1.22,
-in a pre-install hook Job; a mock device plugin only with `mockDevicePlugin.enabled`; another vendor's image
-left empty; `global.imagePullSecrets` rendered on every pod as `- name: {{ . }}` per entry (plain names).
+Like the real chart (its image and pull secret helpers behave as HAMi's do): empty tags resolved through
+`global.imageTag`; kube-scheduler from another registry with the cluster's Kubernetes version as its tag; a
+certgen image used only on Kubernetes < 1.22 and another on >= 1.22, in a pre-install hook Job; a mock device
+plugin only with `mockDevicePlugin.enabled`; another vendor's image left empty; `global.imagePullSecrets`
+rendered on every pod as `- name: <entry>` per entry (plain names).
 """
 
 from __future__ import annotations
@@ -33,10 +33,8 @@ kubeVersion: ">= 1.18.0-0"
 """
 
 VALUES_YAML = """global:
-  ## E.g.
-  ## imagePullSecrets:
-  ##   - myRegistryKeySecretName
-  ## @param global.imagePullSecrets Global Docker image pull secrets
+  ## pull secrets for every pod, by name, for example:
+  ##   - my-registry-secret
   imagePullSecrets: []
   imageTag: v{version}
 scheduler:
@@ -90,121 +88,40 @@ devices:
     image: ""
 """
 
-# verbatim from HAMi's charts/hami/templates/_commons.tpl: an image and the pods' pull secrets. The pull secret
-# helper renders each entry as `- name: {{ . }}`, so `global.imagePullSecrets` takes plain names
-COMMONS = """{{- define "common.images.image" -}}
-{{- $registryName := .imageRoot.registry -}}
-{{- $repositoryName := .imageRoot.repository -}}
-{{- $tag := .imageRoot.tag | toString -}}
-{{- if .global }}
-    {{- if .global.imageRegistry }}
-     {{- $registryName = .global.imageRegistry -}}
-    {{- end -}}
-{{- end -}}
-{{- if .tag }}
-     {{- $tag = .tag | toString -}}
-{{- end -}}
-{{- if $registryName }}
-{{- printf "%s/%s:%s" $registryName $repositoryName $tag -}}
-{{- else -}}
-{{- printf "%s:%s" $repositoryName $tag -}}
-{{- end -}}
+# The helpers behave as the real chart's do where mirror cares: an image's registry, unless
+# `global.imageRegistry` replaces it; an empty tag resolved through `global.imageTag` (kube-scheduler's through
+# the cluster's version, the certgen images' not at all); and a pod's pull secrets, `global.imagePullSecrets`
+# then the image blocks' own `pullSecrets`, written one `- name: <entry>` each, so the lists take plain names.
+HELPERS = """{{- define "sample.ref" -}}
+{{- $registry := .image.registry -}}
+{{- if .root.Values.global.imageRegistry }}{{ $registry = .root.Values.global.imageRegistry }}{{ end -}}
+{{- $tag := toString (.tag | default .image.tag) | trim -}}
+{{- if $registry }}{{ $registry }}/{{ end }}{{ .image.repository }}:{{ $tag }}
 {{- end -}}
 
-{{- define "common.images.pullSecrets" -}}
-  {{- $pullSecrets := list }}
+{{- define "sample.releaseImage" -}}
+{{- $tag := .image.tag | default .root.Values.global.imageTag -}}
+{{- include "sample.ref" (dict "root" .root "image" .image "tag" $tag) -}}
+{{- end -}}
 
-  {{- if .global }}
-    {{- range .global.imagePullSecrets -}}
-      {{- $pullSecrets = append $pullSecrets . -}}
-    {{- end -}}
-  {{- end -}}
+{{- define "sample.kubeSchedulerImage" -}}
+{{- $version := regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" .Capabilities.KubeVersion.Version -}}
+{{- $image := .Values.scheduler.kubeScheduler.image -}}
+{{- include "sample.ref" (dict "root" . "image" $image "tag" ($image.tag | default $version)) -}}
+{{- end -}}
 
-  {{- range .images -}}
-    {{- range .pullSecrets -}}
-      {{- $pullSecrets = append $pullSecrets . -}}
-    {{- end -}}
-  {{- end -}}
-
-  {{- if (not (empty $pullSecrets)) }}
+{{- define "sample.pullSecrets" -}}
+{{- $entries := list -}}
+{{- range .root.Values.global.imagePullSecrets }}{{ $entries = append $entries . }}{{ end -}}
+{{- range .images }}{{ range .pullSecrets }}{{ $entries = append $entries . }}{{ end }}{{ end -}}
+{{- if $entries }}
 imagePullSecrets:
-    {{- range $pullSecrets }}
+{{- range $entries }}
   - name: {{ . }}
-    {{- end }}
-  {{- end }}
+{{- end }}
+{{- end -}}
 {{- end -}}
 """
-
-# HAMi's charts/hami/templates/_helpers.tpl, the image and pull secret defines
-HELPERS = """{{- define "resolvedKubeSchedulerTag" -}}
-{{- if .Values.scheduler.kubeScheduler.image.tag }}
-{{- .Values.scheduler.kubeScheduler.image.tag | trim -}}
-{{- else }}
-{{- include "strippedKubeVersion" . | trim -}}
-{{- end }}
-{{- end }}
-
-{{- define "strippedKubeVersion" -}}
-{{ regexReplaceAll "^(v[0-9]+\\\\.[0-9]+\\\\.[0-9]+)(.*)$" .Capabilities.KubeVersion.Version "$1" }}
-{{- end -}}
-
-{{- define "hami.imageTagOrGlobal" -}}
-{{- .imageRoot.tag | default (and .global .global.imageTag) | default "" | toString | trim -}}
-{{- end -}}
-
-{{- define "hami.image" -}}
-{{- $tag := include "hami.imageTagOrGlobal" . -}}
-{{- include "common.images.image" (dict "imageRoot" .imageRoot "global" .global "tag" $tag) -}}
-{{- end -}}
-
-{{- define "hami.scheduler.kubeScheduler.image" -}}
-{{ include "common.images.image" (dict "imageRoot" .Values.scheduler.kubeScheduler.image "global" .Values.global "tag" (include "resolvedKubeSchedulerTag" .)) }}
-{{- end -}}
-
-{{- define "hami.scheduler.extender.image" -}}
-{{ include "hami.image" (dict "imageRoot" .Values.scheduler.extender.image "global" .Values.global) }}
-{{- end -}}
-
-{{- define "hami.devicePlugin.image" -}}
-{{ include "hami.image" (dict "imageRoot" .Values.devicePlugin.image "global" .Values.global) }}
-{{- end -}}
-
-{{- define "hami.mockDevicePlugin.image" -}}
-{{ include "common.images.image" (dict "imageRoot" .Values.mockDevicePlugin.image "global" .Values.global "tag" .Values.mockDevicePlugin.tag) }}
-{{- end -}}
-
-{{- define "hami.devicePlugin.monitor.image" -}}
-{{ include "hami.image" (dict "imageRoot" .Values.devicePlugin.monitor.image "global" .Values.global) }}
-{{- end -}}
-
-{{- define "hami.scheduler.patch.image" -}}
-{{ include "common.images.image" (dict "imageRoot" .Values.scheduler.patch.image "global" .Values.global) }}
-{{- end -}}
-
-{{- define "hami.scheduler.patch.new.image" -}}
-{{ include "common.images.image" (dict "imageRoot" .Values.scheduler.patch.imageNew "global" .Values.global) }}
-{{- end -}}
-
-{{- define "hami.scheduler.extender.imagePullSecrets" -}}
-{{- $images := list .Values.scheduler.extender.image -}}
-{{- if .Values.scheduler.kubeScheduler.enabled -}}
-{{- $images = append $images .Values.scheduler.kubeScheduler.image -}}
-{{- end -}}
-{{ include "common.images.pullSecrets" (dict "images" $images "global" .Values.global) }}
-{{- end -}}
-
-{{- define "hami.devicePlugin.imagePullSecrets" -}}
-{{ include "common.images.pullSecrets" (dict "images" (list .Values.devicePlugin.image) "global" .Values.global) }}
-{{- end -}}
-
-{{- define "hami.scheduler.patch.imagePullSecrets" -}}
-{{ include "common.images.pullSecrets" (dict "images" (list .Values.scheduler.patch.image) "global" .Values.global) }}
-{{- end -}}
-
-{{- define "hami.scheduler.patch.new.imagePullSecrets" -}}
-{{ include "common.images.pullSecrets" (dict "images" (list .Values.scheduler.patch.imageNew) "global" .Values.global) }}
-{{- end -}}
-"""  # noqa: E501 - the real template's lines
 
 SCHEDULER = """apiVersion: apps/v1
 kind: Deployment
@@ -215,14 +132,18 @@ spec:
     metadata: {labels: {app: hami-scheduler}}
     spec:
       priorityClassName: system-node-critical
-      {{- include "hami.scheduler.extender.imagePullSecrets" . | nindent 6 }}
+      {{- $images := list .Values.scheduler.extender.image }}
+      {{- if .Values.scheduler.kubeScheduler.enabled }}
+      {{- $images = append $images .Values.scheduler.kubeScheduler.image }}
+      {{- end }}
+      {{- include "sample.pullSecrets" (dict "root" . "images" $images) | nindent 6 }}
       containers:
         {{- if .Values.scheduler.kubeScheduler.enabled }}
         - name: kube-scheduler
-          image: {{ include "hami.scheduler.kubeScheduler.image" . }}
+          image: {{ include "sample.kubeSchedulerImage" . }}
         {{- end }}
         - name: vgpu-scheduler-extender
-          image: {{ include "hami.scheduler.extender.image" . }}
+          image: {{ include "sample.releaseImage" (dict "root" . "image" .Values.scheduler.extender.image) }}
 """
 
 PATCH = """apiVersion: batch/v1
@@ -237,16 +158,16 @@ spec:
     spec:
       restartPolicy: OnFailure
       {{- if semverCompare ">=1.22-0" .Capabilities.KubeVersion.GitVersion }}
-      {{- include "hami.scheduler.patch.new.imagePullSecrets" . | nindent 6 }}
+      {{- include "sample.pullSecrets" (dict "root" . "images" (list .Values.scheduler.patch.imageNew)) | nindent 6 }}
       {{- else }}
-      {{- include "hami.scheduler.patch.imagePullSecrets" . | nindent 6 }}
+      {{- include "sample.pullSecrets" (dict "root" . "images" (list .Values.scheduler.patch.image)) | nindent 6 }}
       {{- end }}
       containers:
         - name: create
           {{- if semverCompare ">=1.22-0" .Capabilities.KubeVersion.GitVersion }}
-          image: {{ include "hami.scheduler.patch.new.image" . }}
+          image: {{ include "sample.ref" (dict "root" . "image" .Values.scheduler.patch.imageNew) }}
           {{- else }}
-          image: {{ include "hami.scheduler.patch.image" . }}
+          image: {{ include "sample.ref" (dict "root" . "image" .Values.scheduler.patch.image) }}
           {{- end }}
 """
 
@@ -258,13 +179,13 @@ spec:
   template:
     metadata: {labels: {app: hami-device-plugin}}
     spec:
-      {{- include "hami.devicePlugin.imagePullSecrets" . | nindent 6 }}
+      {{- include "sample.pullSecrets" (dict "root" . "images" (list .Values.devicePlugin.image)) | nindent 6 }}
       containers:
         - name: device-plugin
-          image: {{ include "hami.devicePlugin.image" . }}
+          image: {{ include "sample.releaseImage" (dict "root" . "image" .Values.devicePlugin.image) }}
           env: [{name: DRIVER_ROOT, value: {{ .Values.devicePlugin.nvidiaDriverRoot | quote }}}]
         - name: vgpu-monitor
-          image: {{ include "hami.devicePlugin.monitor.image" . }}
+          image: {{ include "sample.releaseImage" (dict "root" . "image" .Values.devicePlugin.monitor.image) }}
 """
 
 MOCK = """{{- if .Values.mockDevicePlugin.enabled }}
@@ -278,7 +199,8 @@ spec:
     spec:
       containers:
         - name: mock
-          image: {{ include "hami.mockDevicePlugin.image" . }}
+          {{- $image := .Values.mockDevicePlugin.image }}
+          image: {{ include "sample.ref" (dict "root" . "image" $image "tag" .Values.mockDevicePlugin.tag) }}
 {{- end }}
 """
 
@@ -289,7 +211,6 @@ def chart_files(registry: str, version: str = "2.10.0", name: str = "hami") -> d
     return {
         "Chart.yaml": CHART_YAML.format(name=name, version=version),
         "values.yaml": VALUES_YAML.format(registry=registry, version=version),
-        "templates/_commons.tpl": COMMONS,
         "templates/_helpers.tpl": HELPERS,
         "templates/scheduler.yaml": SCHEDULER,
         "templates/patch-job.yaml": PATCH,
