@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import faulthandler
 import http.client
 import http.server
 import json
@@ -576,6 +577,7 @@ def _token_json(request: Any) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1)  # the test asks where a world that does not stop is stuck
     parser = argparse.ArgumentParser(description="Docker Hub and ACR (and more) at their real names.")
     parser.add_argument("directory", type=Path)
     parser.add_argument("--whole-install", action="store_true", help="also HAMi-WebUI's registries and charts")

@@ -44,11 +44,21 @@ class World:
         return read_access_log(self.directory / registry / "registry.log")
 
     def stop(self) -> dict[str, Any]:
-        """Stop the world; what its servers saw."""
+        """Stop the world; what its servers saw (written first, as the world stops). A world still closing its
+        servers after 30 s is killed once its summary is there; without one, the failure shows where it hung."""
+        summary = self.directory / "summary.json"
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
-        return dict(json.loads((self.directory / "summary.json").read_text()))
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.send_signal(signal.SIGUSR1)  # its threads' stacks, into world.log
+                time.sleep(1)
+                self.process.kill()
+                self.process.wait()
+                log = (self.directory.parent / "world.log").read_text(errors="replace")
+                assert summary.exists(), f"the world did not stop within 30 s:\n{log[-6000:]}"
+        return dict(json.loads(summary.read_text()))
 
 
 def start_world(tmp_path: Path, *flags: str) -> World:
