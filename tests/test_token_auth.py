@@ -298,6 +298,35 @@ def test_docker_credential_helper(
     assert_no_secret(world, output)
 
 
+def test_a_credential_helpers_refused_password_is_asked_for_once_more(
+    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A helper that hands out short-lived passwords gave one that has lapsed since it was cached (here: the
+    first answer is stale): the realm refuses it, the helper is asked once more, and the run goes on."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    helper = bin_dir / "docker-credential-rotating"
+    helper.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = get ] || exit 1\n'
+        f"read server; echo x >> {calls}\n"
+        f'if [ "$(wc -l < {calls})" -eq 1 ]; then secret=lapsed; else secret="{PASSWORD}"; fi\n'
+        f'printf \'{{"ServerURL":"%s","Username":"{USER}","Secret":"%s"}}\' "$server" "$secret"\n'
+    )
+    helper.chmod(helper.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    docker = tmp_path / "config.json"
+    docker.write_text(json.dumps({"credHelpers": {world.target.host: "rotating"}}))
+
+    code, output = run_cli(["sync", VERSION, "--config", str(world.config(docker_config=str(docker)))], capsys)
+
+    assert code == 0, output
+    assert_copied(world)
+    assert calls.read_text().count("x") == 2  # the stale answer, then the fresh one: no more
+    assert_no_secret(world, output)
+
+
 @pytest.mark.parametrize(
     ("says", "missing_ok", "expected"),
     [

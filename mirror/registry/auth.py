@@ -149,9 +149,11 @@ class RegistryAuth(httpx.Auth):
                     try:
                         credentials = await self.credentials()
                         token_response = yield self._token_request(key, credentials, request)
-                        if token_response.status_code == 401 and credentials and credentials.expires_at:
-                            # a temporary login the realm no longer takes (lapsed early, revoked): once more
-                            await token_response.aclose()
+                        if token_response.status_code == 401 and credentials and _asked_anew(credentials):
+                            # a temporary login the realm no longer takes (lapsed early, revoked), or a
+                            # credential helper's short-lived password: once more
+                            # read, not closed: httpx reads each answer of the flow again as the flow moves on
+                            await read_limited(token_response, MAX_ERROR_BODY, truncate=True, keep=True)
                             credentials = await self.credentials(refused=credentials)
                             token_response = yield self._token_request(key, credentials, request)
                         token = await self._accept_token(token_response, key, request)
@@ -274,6 +276,11 @@ class RegistryAuth(httpx.Auth):
         credential helper), so a refusal says which to mend; never what they hold."""
         credentials = self._credentials
         return f" (credentials from {credentials.origin})" if credentials is not None and credentials.origin else ""
+
+
+def _asked_anew(credentials: Credentials) -> bool:
+    """May the credentials' source answer anew once the realm refused them?"""
+    return credentials.expires_at is not None or credentials.renewable
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

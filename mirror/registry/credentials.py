@@ -42,6 +42,7 @@ class Credentials:
     origin: str = ""  # where they came from, for messages
     expires_at: float | None = None  # a temporary login (ACR's GetAuthorizationToken): when it lapses (epoch s)
     issued_at: float | None = None
+    renewable: bool = False  # a credential helper's: refused, it is asked once more (it may hand out short-lived ones)
 
     def due_for_renewal(self, now: float) -> bool:
         """A temporary login is renewed once three quarters of its life have passed, or when it lapsed."""
@@ -172,8 +173,8 @@ async def run_credential_helper(name: str, server_url: str, missing_ok: bool = F
     except (ValueError, KeyError, TypeError):
         raise CredentialError(f"credential helper {binary} answered something that is not credentials") from None
     if username == "<token>":
-        return Credentials(username, "", identity_token=secret, origin=binary)
-    return Credentials(username, secret, origin=binary)
+        return Credentials(username, "", identity_token=secret, origin=binary, renewable=True)
+    return Credentials(username, secret, origin=binary, renewable=True)
 
 
 def _helper_complaint(said: bytes, status: int | None) -> str:
