@@ -150,11 +150,7 @@ class RegistryAuth(httpx.Auth):
                         credentials = await self.credentials()
                         token_response = yield self._token_request(key, credentials, request)
                         if token_response.status_code == 401 and credentials and _asked_anew(credentials):
-                            # a temporary login the realm no longer takes (lapsed early, revoked), or a
-                            # credential helper's short-lived password: once more
-                            # read, not closed: httpx reads each answer of the flow again as the flow moves on
-                            await read_limited(token_response, MAX_ERROR_BODY, truncate=True, keep=True)
-                            credentials = await self.credentials(refused=credentials)
+                            credentials = await self._renewed(token_response, credentials)  # once more
                             token_response = yield self._token_request(key, credentials, request)
                         token = await self._accept_token(token_response, key, request)
                         future.set_result(token)
@@ -179,6 +175,13 @@ class RegistryAuth(httpx.Auth):
             if again[1]:  # a bearer challenge: a token for these scopes other than the one refused (if any)
                 scopes, refused = again[0], request.headers.get("Authorization")
         await self._deny(request, None)
+
+    async def _renewed(self, refusal: httpx.Response, credentials: Credentials) -> Credentials | None:
+        """The credentials asked anew of their source once the realm refused them (a temporary login that lapsed
+        early or was revoked, a credential helper's short-lived password). The refusal is read, not closed:
+        httpx reads each answer of the flow again as the flow moves on."""
+        await read_limited(refusal, MAX_ERROR_BODY, truncate=True, keep=True)
+        return await self.credentials(refused=credentials)
 
     def _lead(self, key: TokenKey) -> asyncio.Future[Token]:
         """This request fetches the token for `key`; others that want it meanwhile wait for the returned future."""
