@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import json
 import re
 from collections.abc import Callable
 from typing import Any, ParamSpec
@@ -19,7 +18,7 @@ from mirror.engine.discover import version_bearing_images, versions_in
 from mirror.reference import Repository, is_valid_tag
 from mirror.release import matches, normalise_version, parse_filter
 from mirror.settings import MirrorSettings
-from mirror.untrusted import clip
+from mirror.untrusted import clip, load_json
 
 P = ParamSpec("P")
 MAX_VERSION_CHARS = 128  # a release tag is far shorter; longer is refused before it is parsed
@@ -93,9 +92,7 @@ def payload_refusals(parse: Callable[P, str]) -> Callable[P, str]:
 
 def _json(body: bytes) -> dict[str, Any]:
     try:
-        doc = json.loads(body)
-    except RecursionError:
-        raise HookError(422, "body is JSON nested too deeply") from None
+        doc = load_json(body)  # nesting deeper than the parser recurses is refused as not JSON, too
     except ValueError as exc:
         raise HookError(422, f"body is not JSON: {clip(str(exc))}") from None
     if not isinstance(doc, dict):

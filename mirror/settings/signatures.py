@@ -46,11 +46,12 @@ class SignatureRule(Section):
     def applies_to(self, registry: str, repository: str) -> bool:
         """A pattern matches any spelling of the repository (`reference.spellings`): the engine's names are
         normalised (registry-1.docker.io, library/nginx), the config's are the ones people write."""
-        return any(self.names(pattern, registry, repository) for pattern in self.repositories)
+        written = spellings(registry, repository)
+        return any(names_one_of(pattern, written) for pattern in self.repositories)
 
-    @staticmethod
-    def names(pattern: str, registry: str, repository: str) -> bool:
-        return any(fnmatch.fnmatchcase(name, pattern) for name in spellings(registry, repository))
+
+def names_one_of(pattern: str, written: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for name in written)
 
 
 class SignatureSettings(Section):
@@ -78,10 +79,10 @@ class SignatureSettings(Section):
 
     def unmatched(self, repositories: Iterable[tuple[str, str]]) -> list[str]:
         """The patterns that name none of these (registry, repository) pairs: a rule that checks nothing."""
-        pairs = list(repositories)
+        written = [spellings(registry, repository) for registry, repository in repositories]
         return [
             pattern
             for rule in self.require
             for pattern in rule.repositories
-            if not any(rule.names(pattern, registry, repository) for registry, repository in pairs)
+            if not any(names_one_of(pattern, spelt) for spelt in written)
         ]
