@@ -268,27 +268,35 @@ def test_mounted_dockerconfigjson_with_identity_token(
     assert_no_secret(world, output)
 
 
+def credential_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, answer: str, docker_config: dict[str, Any]
+) -> Path:
+    """`docker-credential-<name>` on the PATH, answering `get` with the shell lines `answer`; and the docker
+    config that names it, whose path is returned."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / f"docker-credential-{name}"
+    helper.write_text('#!/bin/sh\n[ "$1" = get ] || exit 1\n' + answer)
+    helper.chmod(helper.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    docker = tmp_path / "config.json"
+    docker.write_text(json.dumps(docker_config))
+    return docker
+
+
 @pytest.mark.parametrize("mode", ["credHelpers", "credsStore"])
 def test_docker_credential_helper(
     world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     asked = tmp_path / "helper-was-asked-for"
-    helper = bin_dir / "docker-credential-test"
-    helper.write_text(
-        "#!/bin/sh\n"
-        '[ "$1" = get ] || exit 1\n'
+    answer = (
         f'read server; echo "$server" >> {asked}\n'
         f'if [ "$server" = "{world.target.host}" ]; then\n'
         f'  printf \'{{"ServerURL":"%s","Username":"{USER}","Secret":"{PASSWORD}"}}\' "$server"\n'
         "else echo 'credentials not found in native keychain'; exit 1; fi\n"
     )
-    helper.chmod(helper.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     config_json = {"credHelpers": {world.target.host: "test"}} if mode == "credHelpers" else {"credsStore": "test"}
-    docker = tmp_path / "config.json"
-    docker.write_text(json.dumps(config_json))
+    docker = credential_helper(tmp_path, monkeypatch, "test", answer, config_json)
 
     code, output = run_cli(["sync", VERSION, "--config", str(world.config(docker_config=str(docker)))], capsys)
 
@@ -303,21 +311,15 @@ def test_a_credential_helpers_refused_password_is_asked_for_once_more(
 ) -> None:
     """A helper that hands out short-lived passwords gave one that has lapsed since it was cached (here: the
     first answer is stale): the realm refuses it, the helper is asked once more, and the run goes on."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     calls = tmp_path / "calls"
-    helper = bin_dir / "docker-credential-rotating"
-    helper.write_text(
-        "#!/bin/sh\n"
-        '[ "$1" = get ] || exit 1\n'
+    answer = (
         f"read server; echo x >> {calls}\n"
         f'if [ "$(wc -l < {calls})" -eq 1 ]; then secret=lapsed; else secret="{PASSWORD}"; fi\n'
         f'printf \'{{"ServerURL":"%s","Username":"{USER}","Secret":"%s"}}\' "$server" "$secret"\n'
     )
-    helper.chmod(helper.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    docker = tmp_path / "config.json"
-    docker.write_text(json.dumps({"credHelpers": {world.target.host: "rotating"}}))
+    docker = credential_helper(
+        tmp_path, monkeypatch, "rotating", answer, {"credHelpers": {world.target.host: "rotating"}}
+    )
 
     code, output = run_cli(["sync", VERSION, "--config", str(world.config(docker_config=str(docker)))], capsys)
 
