@@ -5,9 +5,20 @@ from pathlib import Path
 
 import pytest
 
-from mirror.demo.localregistry import LocalRegistry, free_port, start_registry
+from mirror.demo import ports
+from mirror.demo.localregistry import LocalRegistry, start_registry
+from mirror.demo.ports import free_port
 from tests.postgres import Postgres, start_postgres
 from tests.test_service import Service, service_config
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each test worker chooses its servers' ports from its own share: no two workers hand out the same one."""
+    import os
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw"):
+        ports.use_share(int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.demo.localregistry import free_port
+from mirror.demo.ports import free_port
 
 
 class PostgresMissing(RuntimeError):

@@ -351,7 +351,7 @@ def test_every_path_keeps_the_pull_secret_for_a_target_that_refuses_anonymous_pu
 ) -> None:
     """By hand (a first copy, then the fast path), by discovery (the CronJob's path) and through the service:
     the values always carry the pull secret a private target needs."""
-    from mirror.demo.localregistry import free_port
+    from mirror.demo.ports import free_port
     from tests.test_service import API_TOKEN, AUTH, SECRET, Service
     from tests.test_token_auth import PASSWORD, USER
 

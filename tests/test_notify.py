@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from mirror.cli import main
-from mirror.demo.localregistry import LocalRegistry, free_port
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.ports import free_port
 from mirror.demo.sample import push_single
 from mirror.notify.events import Failed, Failure
 from mirror.notify.send import notify

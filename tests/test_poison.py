@@ -24,7 +24,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mirror.demo.localregistry import LocalRegistry, free_port, start_registry
+from mirror.demo.localregistry import LocalRegistry, start_registry
+from mirror.demo.ports import free_port
 from mirror.demo.sample import push_multiarch
 from mirror.service.store import JobStore
 from mirror.settings import ConfigError, load_settings

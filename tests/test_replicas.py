@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from mirror.cli import main
-from mirror.demo.localregistry import LocalRegistry, free_port
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.ports import free_port
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
 from mirror.service.store import JobStore

@@ -23,7 +23,8 @@ from sqlalchemy import text
 
 from mirror import database
 from mirror.cli import main
-from mirror.demo.localregistry import LocalRegistry, free_port
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.ports import free_port
 from mirror.engine.discover import select_versions
 from mirror.engine.lock import lock_name
 from mirror.oci import Manifest

@@ -24,7 +24,8 @@ import psycopg
 import pytest
 from sqlalchemy import update
 
-from mirror.demo.localregistry import LocalRegistry, free_port
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.ports import free_port
 from mirror.service.store import MAX_ERROR_CHARS, SUCCEEDED, JobStore, UnknownJob, jobs
 from tests.support import run_bounded, write_config
 from tests.test_service import API_TOKEN, AUTH, DOCKERHUB_TOKEN, SECRET, Service, service_config

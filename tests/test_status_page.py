@@ -23,7 +23,8 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
-from mirror.demo.localregistry import LocalRegistry, free_port
+from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.ports import free_port
 from mirror.demo.sample import push_single
 from mirror.demo.samplechart import chart_repository, hami_chart
 from mirror.oci import Manifest

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+import secrets
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -15,6 +15,7 @@ from urllib.parse import unquote
 import httpx
 import yaml
 
+from mirror.demo.ports import free_port
 from mirror.demo.procstat import cpu_seconds
 from mirror.settings import MirrorSettings
 
@@ -44,16 +45,11 @@ def read_access_log(path: Path) -> list[AccessEntry]:
 
 
 PORT_TRIES = 5
+IDENTITY_HEADER = "X-Local-Registry"
 
 
 class PortTaken(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def registry_binary() -> str:
@@ -74,6 +70,7 @@ class LocalRegistry:
     process: subprocess.Popen[bytes]
     address: str = "127.0.0.1"
     tls: bool = False
+    identity: str = ""  # the value of its IDENTITY_HEADER: tells it from another server on the same port
 
     @property
     def host(self) -> str:
@@ -150,11 +147,12 @@ def _start(
     address: str,
     tls: tuple[Path, Path] | None,
 ) -> LocalRegistry:
+    identity = secrets.token_hex(8)
     config: dict[str, Any] = {
         "version": 0.1,
         "log": {"level": "error", "accesslog": {"disabled": False}},
         "storage": {"filesystem": {"rootdirectory": str(workdir / "data")}, "delete": {"enabled": True}},
-        "http": {"addr": f"{address}:{port}"},
+        "http": {"addr": f"{address}:{port}", "headers": {IDENTITY_HEADER: [identity]}},
     }
     if tls:
         config["http"]["tls"] = {"certificate": str(tls[0]), "key": str(tls[1])}
@@ -171,7 +169,7 @@ def _start(
     log = (workdir / "registry.log").open("ab")
     process = subprocess.Popen([registry_binary(), "serve", str(config_path)], stdout=log, stderr=subprocess.STDOUT)
     log.close()
-    registry = LocalRegistry(workdir, port, process, address, tls is not None)
+    registry = LocalRegistry(workdir, port, process, address, tls is not None, identity)
     _wait_ready(registry)
     return registry
 
@@ -185,10 +183,12 @@ def _wait_ready(registry: LocalRegistry, timeout: float = 15.0) -> None:
                 raise PortTaken(log)
             raise RuntimeError(f"docker-registry exited: {log}")
         try:
-            httpx.get(f"{registry.url}/v2/", timeout=1.0, verify=False)  # noqa: S501 - only: is it up?
-            return
+            answer = httpx.get(f"{registry.url}/v2/", timeout=1.0, verify=False)  # noqa: S501 - only: is it up?
+            if answer.headers.get(IDENTITY_HEADER) == registry.identity:
+                return
         except httpx.TransportError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)  # not up yet, or another server holds the port until ours exits failing to bind it
     registry.stop()
     raise RuntimeError(f"docker-registry on {registry.host} did not start within {timeout} s")
 
