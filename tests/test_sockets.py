@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from mirror.demo.ports import free_port
 from mirror.registry.sockets import SocketBackend
 
 Peer = Callable[[socket.socket], None]
@@ -129,7 +130,6 @@ def test_a_peer_that_stops_reading_holds_the_writer_back_and_the_write_times_out
 
 
 def test_a_refused_connection_is_a_connect_error() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]  # bound, then closed: nothing listens there
+    port = free_port()  # nothing listens there, and no other test's server is handed it
     with pytest.raises(httpx.ConnectError):
         asyncio.run(SocketBackend().connect_tcp("127.0.0.1", port, timeout=30))
