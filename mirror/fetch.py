@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 
 from mirror.errors import MirrorError
+from mirror.reference import without_userinfo
 from mirror.registry.body import ACCEPTED_CODINGS, BodyTooLarge, read_limited
 from mirror.registry.retry import RetryPolicy
 from mirror.registry.tls import tls_context
@@ -26,15 +27,27 @@ def http_client(
 
 
 async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:
-    """GET `url` (200 only), refusing a body over `limit` bytes whether declared or streamed."""
-    shown = clip(url, 200)
+    """GET `url` (200 only), refusing a body over `limit` bytes whether declared or streamed. A refusal shows no
+    credentials the URL carries (`https://user:token@host/...`), in `what`, the URL or httpx's own words: each
+    is cleaned before it is clipped, which could cut a URL's `://` from its `@`."""
+    what, shown = without_userinfo(what), clip(without_userinfo(url), 200)
     try:
-        async with client.stream("GET", url) as response:
+        address, auth = _credentials_apart(url)
+        async with client.stream("GET", address, auth=auth) as response:
             if response.status_code != 200:
                 raise FetchError(f"{what}: GET {shown} answered {response.status_code}")
             try:
                 return await read_limited(response, limit)
             except BodyTooLarge as exc:
                 raise FetchError(f"{what}: {shown} is {exc}") from None
-    except httpx.HTTPError as exc:
-        raise FetchError(f"{what}: GET {shown}: {type(exc).__name__}: {clip(str(exc))}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise FetchError(f"{what}: GET {shown}: {type(exc).__name__}: {clip(without_userinfo(str(exc)))}") from None
+
+
+def _credentials_apart(url: str) -> tuple[httpx.URL, httpx.BasicAuth | None]:
+    """The URL without its userinfo, and the login it carried, sent as httpx sends one from a URL (Basic, to the
+    URL's origin only): the request's URL, which the retry log line and httpx's own log show, holds no secret."""
+    parsed = httpx.URL(url)
+    if not parsed.userinfo:
+        return parsed, None
+    return parsed.copy_with(userinfo=b""), httpx.BasicAuth(parsed.username, parsed.password)

@@ -10,11 +10,13 @@ from mirror.errors import Kind, MirrorError
 DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 DOCKER_HUB_API_HOST = "registry-1.docker.io"
 
-# From the OCI distribution spec.
-_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
-_HOST = re.compile(r"^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?$")
+# From the OCI distribution spec. Each is used with fullmatch: `$` would also match before a final newline.
+_REPOSITORY = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+_DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
+_HOST = re.compile(r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?")
+# The userinfo of every URL in a text: `https://user:token@host/...`; a chart repository's credentials ride there
+_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
 
 
 class ReferenceError(MirrorError, ValueError):
@@ -24,23 +26,29 @@ class ReferenceError(MirrorError, ValueError):
 
 
 def is_valid_tag(tag: str) -> bool:
-    return bool(_TAG.match(tag))
+    return bool(_TAG.fullmatch(tag))
 
 
 def is_valid_digest(digest: str) -> bool:
-    return bool(_DIGEST.match(digest))
+    return bool(_DIGEST.fullmatch(digest))
 
 
 def validate_repository(repository: str) -> str:
-    if len(repository) > 255 or not _REPOSITORY.match(repository):
+    if len(repository) > 255 or not _REPOSITORY.fullmatch(repository):
         raise ReferenceError(f"invalid repository name {repository!r}")
     return repository
 
 
 def validate_host(host: str) -> str:
-    if not _HOST.match(host):
+    if not _HOST.fullmatch(host):
         raise ReferenceError(f"invalid registry host {host!r}")
     return host
+
+
+def without_userinfo(text: str) -> str:
+    """`text` with every URL in it shown without its userinfo (`https://user:token@host/x` -> `https://host/x`): for
+    a message, a log line or a job record, which must not carry a chart repository's credentials."""
+    return _USERINFO.sub("", text)
 
 
 def api_host(registry: str) -> str:

@@ -12,9 +12,13 @@ MAX_FILTER_LENGTH = 1024  # a version filter: a handful of clauses
 SHOWN = 80  # characters of a refused version a message carries
 # each number at most 9 digits: int() stays cheap, far from Python's 4300-digit limit on int("...")
 _NUMBER = r"(0|[1-9]\d{0,8})"
-_VERSION = re.compile(rf"^v?{_NUMBER}\.{_NUMBER}\.{_NUMBER}(-[0-9A-Za-z][0-9A-Za-z.-]{{0,63}})?$")
-_CLAUSE = re.compile(r"^(>=|<=|==|>|<|!=)?\s*(v?\d{1,9}\.\d{1,9}\.\d{1,9}(?:-[0-9A-Za-z.-]{1,64})?)$")
-VersionKey = tuple[int, int, int, int, str]
+_VERSION = re.compile(rf"v?{_NUMBER}\.{_NUMBER}\.{_NUMBER}(-[0-9A-Za-z][0-9A-Za-z.-]{{0,63}})?")
+_CLAUSE = re.compile(r"(>=|<=|==|>|<|!=)?\s*(v?\d{1,9}\.\d{1,9}\.\d{1,9}(?:-[0-9A-Za-z.-]{1,64})?)")
+# One dot-separated pre-release identifier: (0, its number, text) when all digits, else (1, 0, text), so
+# numbers sort numerically and before words, words in ASCII order (SemVer 2.0, section 11). The text breaks a
+# tie between spellings of one number (`01`, `1`), which SemVer does not allow but the pattern above lets by.
+Identifier = tuple[int, int, str]
+VersionKey = tuple[int, int, int, int, tuple[Identifier, ...]]
 VersionFilter = list[tuple[str, VersionKey]]
 
 
@@ -32,7 +36,7 @@ def normalise_version(text: str) -> str:
     """`2.10.0` -> `v2.10.0`; anything that is not `v` + a semver-like version is refused."""
     if len(text) > MAX_VERSION_LENGTH:
         raise VersionError(f"invalid version {_shown(text)}: longer than {MAX_VERSION_LENGTH} characters")
-    match = _VERSION.match(text.strip())
+    match = _VERSION.fullmatch(text.strip())
     if not match:
         raise VersionError(
             f"invalid version {_shown(text)}: expected v<major>.<minor>.<patch> (each at most 9 digits), e.g. v2.10.0"
@@ -46,10 +50,15 @@ def chart_version(version: str) -> str:
 
 
 def version_key(version: str) -> VersionKey:
-    """Sort key: numeric parts, and a release after its pre-releases."""
+    """Sort key, in SemVer 2.0's precedence: the numbers, a release after its pre-releases, pre-releases by
+    their dot-separated identifiers (`rc.2` < `rc.10` < `rc.10.1` < `rc.a`)."""
     core, _, pre = normalise_version(version).removeprefix("v").partition("-")
     major, minor, patch = (int(p) for p in core.split("."))
-    return major, minor, patch, 0 if pre else 1, pre
+    return major, minor, patch, 0 if pre else 1, tuple(_identifier(part) for part in pre.split(".") if pre)
+
+
+def _identifier(part: str) -> Identifier:
+    return (0, int(part), part) if part.isdigit() else (1, 0, part)
 
 
 def parse_filter(text: str) -> VersionFilter:
@@ -58,7 +67,7 @@ def parse_filter(text: str) -> VersionFilter:
         raise VersionError(f"version filter {_shown(text)}: longer than {MAX_FILTER_LENGTH} characters")
     clauses = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
-        match = _CLAUSE.match(part) if len(part) <= MAX_VERSION_LENGTH + 2 else None
+        match = _CLAUSE.fullmatch(part) if len(part) <= MAX_VERSION_LENGTH + 2 else None
         if not match:
             raise VersionError(f"version filter clause {_shown(part)}: expected e.g. >=2.7.0")
         clauses.append((match[1] or "==", version_key(match[2])))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import socket
 import subprocess
 import sys
@@ -627,3 +629,78 @@ def test_a_password_from_a_variable_or_a_file_is_sent_as_the_load_check_reads_it
     settings = load_settings(config_file(tmp_path, with_changes(registries=logins)))
     assert settings.registry("env.example").password_value() == "s3cret-password"
     assert settings.registry("file.example").password_value() == "s3cret-password"
+
+
+# -- Helm keys keep their case; inline secrets lose their newline ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "json_form"),
+    [
+        (
+            "MIRROR_VALUES__EXTRA__devicePlugin__nvidiaDriverRoot",
+            "/run/nvidia/driver",
+            """MIRROR_VALUES__EXTRA='{"devicePlugin":{"nvidiaDriverRoot":"<value>"}}'""",
+        ),
+        (
+            "MIRROR_VALUES__EXTRA__devicePlugin",
+            "plugin-value-7",
+            """MIRROR_VALUES__EXTRA='{"devicePlugin":"<value>"}'""",
+        ),
+        (
+            "MIRROR_values__extra__grafana__adminPassword",
+            "s3cret-admin-pw",
+            """'{"grafana":{"adminPassword":"<value>"}}'""",
+        ),
+    ],
+    ids=["two-keys-down", "one-key-down", "a-password"],
+)
+def test_a_variable_below_free_form_helm_values_is_refused_with_the_json_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, json_form: str
+) -> None:
+    """pydantic-settings reads variable names without case: devicePlugin.nvidiaDriverRoot arrived as
+    deviceplugin.nvidiadriverroot, a key HAMi never reads. The whole-JSON form keeps the case."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config_file(tmp_path, VALID))
+    message = str(refused.value)
+    assert f"{variable}: a variable's name loses the case of the Helm keys below MIRROR_VALUES__EXTRA" in message
+    assert json_form in message, message
+    assert value not in message  # a Helm value may be a password
+
+
+def test_free_form_helm_values_set_whole_keep_their_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRROR_VALUES__EXTRA", '{"devicePlugin":{"nvidiaDriverRoot":"/run/nvidia/driver"}}')
+    settings = load_settings(config_file(tmp_path, with_changes(values={"extra": {"scheduler": {"leaderElect": 1}}})))
+    assert settings.values.extra == {
+        "scheduler": {"leaderElect": 1},
+        "devicePlugin": {"nvidiaDriverRoot": "/run/nvidia/driver"},
+    }
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", " \n"])
+def test_an_inline_secret_from_a_variable_is_used_without_its_newline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    """A Kubernetes Secret made from a file keeps its newline: as a file it was stripped, set through a variable
+    it was not, and every webhook was refused and the job API locked out."""
+    from mirror.service.hooks import check_bearer, check_signature
+
+    monkeypatch.setenv("MIRROR_SERVICE__API_TOKEN", "job-api-token-0123456789" + ending)
+    monkeypatch.setenv("MIRROR_WEBHOOK__SECRET", "webhook-shared-secret-0123" + ending)
+    monkeypatch.setenv("MIRROR_WEBHOOK__DOCKERHUB_TOKEN", "dockerhub-token-0123456789" + ending)
+    data = with_changes(registries={"r.example": {"username": "u", "password": "a-registry-password" + ending}})
+    settings = load_settings(config_file(tmp_path, data))
+    body = b'{"version":"v2.10.0"}'
+    signature = "sha256=" + hmac.new(b"webhook-shared-secret-0123", body, hashlib.sha256).hexdigest()
+    check_signature(settings.webhook.secret_value(), body, signature)
+    check_bearer(settings.service.api_token_value(), "Bearer job-api-token-0123456789")
+    assert settings.webhook.dockerhub_token_value() == b"dockerhub-token-0123456789"
+    assert settings.registry("r.example").password_value() == "a-registry-password"
+
+
+def test_an_inline_secret_is_measured_without_its_newline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRROR_WEBHOOK__SECRET", "fifteen-bytes!!\n")  # 16 bytes with the newline, 15 sent
+    with pytest.raises(ConfigError, match=r"webhook\.secret .*must be at least 16 bytes") as refused:
+        load_settings(config_file(tmp_path, VALID))
+    assert "fifteen" not in str(refused.value)

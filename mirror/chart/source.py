@@ -14,6 +14,7 @@ import httpx
 
 from mirror import fetch
 from mirror.chart.archive import MAX_FIELD_CHARS, ChartArchive, ChartError, open_chart
+from mirror.reference import without_userinfo
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy
@@ -45,8 +46,14 @@ class ChartLocation:
         host, _, path = self.repository.removeprefix(OCI_SCHEME).rstrip("/").partition("/")
         return host, f"{path}/{self.name}" if path else self.name
 
+    @property
+    def shown_repository(self) -> str:
+        """The repository as a message, a log line or a job record shows it: without the credentials a classic
+        repository's URL may carry (`https://user:token@host/...`)."""
+        return without_userinfo(self.repository)
+
     def __str__(self) -> str:
-        return f"{self.repository.rstrip('/')}/{self.name}"
+        return f"{self.shown_repository.rstrip('/')}/{self.name}"
 
 
 def oci_tag(version: str) -> str:
@@ -78,8 +85,8 @@ async def read_index(client: httpx.AsyncClient, location: ChartLocation) -> list
     """The index entries of the chart, one per published version (entries whose version is not a short string
     are passed over)."""
     url = location.repository.rstrip("/") + "/index.yaml"
-    raw = await read_capped(client, url, MAX_INDEX_BYTES, f"chart repository {location.repository}")
-    where = f"chart repository {location.repository}: index.yaml"
+    raw = await read_capped(client, url, MAX_INDEX_BYTES, f"chart repository {location.shown_repository}")
+    where = f"chart repository {location.shown_repository}: index.yaml"
     try:
         # parsed in a thread: a large index takes seconds, and the service's loop answers webhooks meanwhile
         index = await asyncio.to_thread(load_yaml, raw, where, INDEX_YAML_LIMITS)
@@ -90,7 +97,7 @@ async def read_index(client: httpx.AsyncClient, location: ChartLocation) -> list
         raise ChartError(f"{where}: entries is not a mapping of chart names")
     entries = charts.get(location.name)
     if entries is None:
-        raise ChartError(f"chart repository {location.repository} has no chart named {location.name!r}")
+        raise ChartError(f"chart repository {location.shown_repository} has no chart named {location.name!r}")
     if not isinstance(entries, list):
         raise ChartError(f"{where}: entries.{location.name} is a {type(entries).__name__}, not a list")
     return [e for e in entries if isinstance(e, dict) and _version(e) is not None]
@@ -148,7 +155,7 @@ async def _fetch_classic(
     where = f"chart {location} {version}"
     entry = next((e for e in entries if _version(e) == version), None)
     if entry is None:
-        raise ChartError(f"{where}: not published in {location.repository}/index.yaml")
+        raise ChartError(f"{where}: not published in {location.shown_repository}/index.yaml")
     url = _download_url(location, entry, where)
     digest = entry.get("digest")
     if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdefABCDEF" for c in digest):
@@ -156,7 +163,7 @@ async def _fetch_classic(
     raw = await read_capped(client, url, limits.max_bytes, where)
     actual = hashlib.sha256(raw).hexdigest()
     if actual != digest.lower():
-        raise ChartError(f"{where}: {clip(url)} has sha256 {actual}, the index says {digest}")
+        raise ChartError(f"{where}: {clip(without_userinfo(url))} has sha256 {actual}, the index says {digest}")
     return raw
 
 
@@ -167,14 +174,14 @@ def _download_url(location: ChartLocation, entry: dict[str, Any], where: str) ->
         raise ChartError(f"{where}: the index gives no download URL for it (urls is not a list of URLs)")
     if len(urls[0]) > MAX_URL_CHARS:
         raise ChartError(f"{where}: the index's download URL is {len(urls[0])} characters (limit {MAX_URL_CHARS})")
+    shown = clip(without_userinfo(urls[0]))
     try:
         url = httpx.URL(location.repository.rstrip("/") + "/").join(urls[0])
     except (httpx.InvalidURL, ValueError) as exc:
-        raise ChartError(
-            f"{where}: the index's download URL {clip(urls[0])!r} is not a URL: {clip(str(exc))}"
-        ) from None
+        reason = clip(without_userinfo(str(exc)))
+        raise ChartError(f"{where}: the index's download URL {shown!r} is not a URL: {reason}") from None
     if url.scheme not in ("http", "https"):
-        raise ChartError(f"{where}: the index's download URL {clip(urls[0])!r} is not http or https")
+        raise ChartError(f"{where}: the index's download URL {shown!r} is not http or https")
     return str(url)
 
 

@@ -7,6 +7,7 @@ from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from mirror import reference
 from mirror.release import VersionError, parse_filter
 from mirror.settings.fields import (
     HELM_RELEASE_MAX,
@@ -22,7 +23,9 @@ from mirror.settings.fields import (
     shown,
 )
 
-_CHART_VERSION = re.compile(r"^\d{1,9}\.\d{1,9}\.\d{1,9}([-+][0-9A-Za-z.+-]{1,64})?$")  # as an index lists it
+# used whole (fullmatch): `$` would also match before a final newline
+_CHART_VERSION = re.compile(r"\d{1,9}\.\d{1,9}\.\d{1,9}([-+][0-9A-Za-z.+-]{1,64})?")  # as an index lists it
+_KUBE_VERSION = re.compile(r"v?\d{1,9}\.\d{1,9}\.\d{1,9}")
 ACR_REGISTRIES = ("*.aliyuncs.com",)  # registries nodes in mainland China pull from as they are
 
 
@@ -43,10 +46,15 @@ class ChartSettings(Section):
     subcharts: Literal["all", "enabled"] = "all"
     max_images: int = Field(default=200, ge=1, le=5000)  # image blocks one chart (with its subcharts) may bring
 
+    @field_validator("release_repository")
+    @classmethod
+    def _release_repository(cls, value: str) -> str:
+        return reference.validate_repository(value)
+
     @field_validator("kube_version")
     @classmethod
     def _kube_version(cls, value: str) -> str:
-        if not re.match(r"^v?\d{1,9}\.\d{1,9}\.\d{1,9}$", value):
+        if not _KUBE_VERSION.fullmatch(value):
             raise ValueError(f"{shown(value)}: expected a Kubernetes version like 1.32.0")
         return value.removeprefix("v")
 
@@ -79,7 +87,7 @@ class InstallChartSettings(Section):
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
-        if value != NEWEST and not _CHART_VERSION.match(value):
+        if value != NEWEST and not _CHART_VERSION.fullmatch(value):
             raise ValueError(f"{shown(value)}: expected a chart version like 1.3.0, or {NEWEST}")
         return value
 

@@ -4,6 +4,7 @@ one), and a value that is refused is blamed on the variable that set it."""
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import typing
 from collections.abc import Iterable, Mapping
@@ -23,7 +24,7 @@ NOT_SETTINGS = {
 # Kubernetes gives every pod <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_80_TCP_ADDR... for each Service in its
 # namespace (enableServiceLinks): deploy/base/service.yaml's `mirror` yields MIRROR_SERVICE_HOST, MIRROR_PORT...
 _SERVICE_LINK = re.compile(
-    r"^MIRROR(_[A-Z0-9]+)*?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9]+)*|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$"
+    r"MIRROR(_[A-Z0-9]+)*?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9]+)*|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)"
 )
 
 
@@ -51,7 +52,7 @@ def variable_problems(environ: Mapping[str, str], named: Iterable[str] = ()) -> 
     allowed = set(NOT_SETTINGS) | set(named)
     problems = []
     for name in sorted(environ):
-        if not name.upper().startswith(ENV_PREFIX) or name in allowed or _SERVICE_LINK.match(name):
+        if not name.upper().startswith(ENV_PREFIX) or name in allowed or _SERVICE_LINK.fullmatch(name):
             continue
         problem = _variable_problem(name, environ[name])
         if problem:
@@ -67,14 +68,14 @@ def _variable_problem(name: str, value: str) -> str | None:
         return f"nested deeper than {MAX_CONFIG_DEPTH} keys"
     node: Any = MirrorSettings
     for index, part in enumerate(parts):
-        if node is Any:
-            break  # a key inside free-form values (values.extra)
         model, mapping = _model_of(node), _mapping_value(node)
         if model is not None:
             field = model.model_fields.get(part.lower())
             if field is None:
                 return "not a setting" + _nearest(name, parts[:index], model)
             node = field.annotation
+        elif mapping is Any:
+            return _below_free_form(parts, index)
         elif mapping is not None:
             node = mapping  # `part` is a key of the mapping: a registry host
         else:
@@ -83,6 +84,19 @@ def _variable_problem(name: str, value: str) -> str | None:
     if _structured(node) and _json_depth(value) > MAX_CONFIG_DEPTH:
         return f"its JSON value is nested deeper than {MAX_CONFIG_DEPTH} levels"
     return None
+
+
+def _below_free_form(parts: list[str], index: int) -> str:
+    """Why a variable may not point below free-form Helm values (values.extra): pydantic-settings reads variable
+    names without case, so `devicePlugin` would reach Helm as `deviceplugin`, a key the chart never reads."""
+    whole = ENV_PREFIX + "__".join(parts[:index]).upper()
+    leaf: Any = "<value>"  # never the value itself: a Helm value may be a password (grafana.adminPassword)
+    for key in reversed(parts[index:]):
+        leaf = {key: leaf}
+    example = json.dumps(leaf, separators=(",", ":"))
+    return (
+        f"a variable's name loses the case of the Helm keys below {whole}: set it whole, as JSON: {whole}='{example}'"
+    )
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

@@ -18,14 +18,17 @@ from mirror import reference
 from mirror.errors import Kind, MirrorError
 from mirror.untrusted import clip
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Every pattern here is used whole (fullmatch): `$` would also match before a final newline, which a YAML block
+# scalar (`namespace: |`) or a variable read from a file ends with.
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CHART_REPOSITORY = re.compile(r"(https?|oci)://[^/\s]+(/\S*)?")
 # Kubernetes names a rendered install uses, checked as Helm and the API server check them.
 HELM_RELEASE_MAX = 53
 KUBE_LABEL_MAX = 63
 KUBE_SUBDOMAIN_MAX = 253
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 # Bounds on the config itself: a hostile or broken file is refused in one line, never a traceback or a hang.
 MAX_CONFIG_DEPTH = 64  # nested mappings and lists: in the file, in a MIRROR_* JSON value, in values.extra
@@ -47,20 +50,27 @@ def _platform(value: str) -> str:
 
 
 def _plain_file_name(value: str) -> str:
-    if "/" in value or value in {"", ".", ".."}:
-        raise ValueError("must be a plain file name")
+    if "/" in value or value in {"", ".", ".."} or not value.isprintable():
+        raise ValueError(f"{shown(value)} must be a plain file name (no '/', no line breaks or control characters)")
     return value
 
 
 def _chart_repository(value: str) -> str:
-    if not re.match(r"^(https?|oci)://[^/\s]+", value):
-        raise ValueError(f"{shown(value)}: expected https://host/path (a Helm repository) or oci://host/path")
+    public = reference.without_userinfo(value)  # credentials in the URL stay out of every message
+    named = shown(public)
+    if not _CHART_REPOSITORY.fullmatch(value):
+        raise ValueError(f"{named}: expected https://host/path (a Helm repository) or oci://host/path")
+    if value.startswith("oci://") and public != value:
+        raise ValueError(
+            f"{named}: an oci:// chart is read with its registry's login: give the credentials under registries: "
+            "<host> (password_env or password_file), not in the URL"
+        )
     return value.rstrip("/")
 
 
 def is_label(value: str, limit: int) -> bool:
     """A DNS-1123 label of at most `limit` characters, as Helm names releases and Kubernetes namespaces."""
-    return len(value) <= limit and _DNS_LABEL.match(value) is not None
+    return len(value) <= limit and _DNS_LABEL.fullmatch(value) is not None
 
 
 def _label_of(what: str, limit: int) -> Callable[[str], str]:
@@ -76,7 +86,7 @@ def _label_of(what: str, limit: int) -> Callable[[str], str]:
 
 
 def _kube_object_name(value: str) -> str:
-    if len(value) > KUBE_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.match(value):
+    if len(value) > KUBE_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.fullmatch(value):
         raise ValueError(
             f"{shown(value)} is not a Kubernetes object name: lower-case letters, digits, '-' and '.', starting and "
             "ending with a letter or digit"
@@ -92,7 +102,7 @@ def not_blank(value: str) -> str:
 
 def matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
     def check(value: str) -> str:
-        if not pattern.match(value):
+        if not pattern.fullmatch(value):
             raise ValueError(f"{shown(value)} is not {what}")
         return value
 

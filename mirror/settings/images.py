@@ -23,7 +23,7 @@ from mirror.settings.fields import (
 )
 
 VERSION_PLACEHOLDER = "{version}"
-_VALUES_KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")  # subcharts' keys have dashes: dcgm-exporter.image
+_VALUES_KEY_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # subcharts' keys have dashes: dcgm-exporter.image
 
 
 class ImageSettings(Section):
@@ -52,7 +52,7 @@ class ImageSettings(Section):
     @classmethod
     def _keys(cls, value: list[str]) -> list[str]:
         for key in value:
-            if not all(_VALUES_KEY_PART.match(part) for part in key.split(".")):
+            if not all(_VALUES_KEY_PART.fullmatch(part) for part in key.split(".")):
                 raise ValueError(f"{shown(key)} is not a dotted Helm values key")
         return value
 

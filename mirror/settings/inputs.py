@@ -24,7 +24,7 @@ MAX_DOCUMENT_FILE_BYTES = 4 * 1024 * 1024  # docker_config, signatures.trusted_r
 
 
 def _long_enough(value: SecretStr | None) -> SecretStr | None:
-    if value is not None and len(value.get_secret_value().encode()) < MIN_SECRET_BYTES:
+    if value is not None and len(secret_text(value.get_secret_value()).encode()) < MIN_SECRET_BYTES:
         raise ValueError(f"must be at least {MIN_SECRET_BYTES} bytes (an empty or short key lets others sign)")
     return value
 
@@ -60,9 +60,10 @@ def read_secret_file(path: Path) -> bytes:
 
 
 def secret_bytes(value: SecretStr | None, path: Path | None) -> bytes | None:
-    """A secret given inline or in a file (the one the config names), or None when neither is given."""
+    """A secret given inline (in the config or a MIRROR_* variable) or in a file (the one the config names), without
+    the whitespace around it either way, or None when neither is given."""
     if value is not None:
-        return value.get_secret_value().encode()
+        return secret_text(value.get_secret_value()).encode()
     return read_secret_file(path) if path is not None else None
 
 

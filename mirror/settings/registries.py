@@ -27,19 +27,18 @@ from mirror.settings.fields import (
 )
 from mirror.settings.inputs import secret_text
 
-_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*$")  # the OCI distribution spec's
+# Each pattern is used whole (fullmatch): `$` would also match before a final newline
+_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*")  # the OCI distribution spec's
 # ACR's own namespace rules: Personal Edition 2-30 of [a-z0-9_-]; Enterprise 2-120 of [a-z0-9._-]; both
 # start and end with a letter or a digit
-_ACR_PERSONAL_NAMESPACE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,28}[a-z0-9]$")
-_ACR_ENTERPRISE_NAMESPACE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,118}[a-z0-9]$")
+_ACR_PERSONAL_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_-]{0,28}[a-z0-9]")
+_ACR_ENTERPRISE_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9._-]{0,118}[a-z0-9]")
 
 ALIYUN_CREDENTIALS = ("default", "oidc_role_arn", "access_key", "ecs_ram_role")
 InstanceId = Annotated[
-    str, AfterValidator(matching(re.compile(r"^cri-[a-z0-9]+$"), "an ACR Enterprise instance id (cri-...)"))
+    str, AfterValidator(matching(re.compile(r"cri-[a-z0-9]+"), "an ACR Enterprise instance id (cri-...)"))
 ]
-RegionId = Annotated[
-    str, AfterValidator(matching(re.compile(r"^[a-z]{2}-[a-z0-9-]+$"), "a region id like cn-hangzhou"))
-]
+RegionId = Annotated[str, AfterValidator(matching(re.compile(r"[a-z]{2}-[a-z0-9-]+"), "a region id like cn-hangzhou"))]
 
 
 class AliyunLoginSettings(Section):
@@ -109,7 +108,7 @@ class RegistrySettings(Section):
 
     def password_value(self) -> str | None:
         if self.password is not None:
-            return self.password.get_secret_value()
+            return secret_text(self.password.get_secret_value())
         if self.password_env is not None:
             value = os.environ.get(self.password_env)
             return None if value is None else secret_text(value)
@@ -138,7 +137,7 @@ class TargetSettings(Section):
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, value: str) -> str:
-        if len(value) > 255 or not all(_PATH_COMPONENT.match(part) for part in value.split("/")):
+        if len(value) > 255 or not all(_PATH_COMPONENT.fullmatch(part) for part in value.split("/")):
             raise ValueError(
                 f"{shown(value)}: expected lower-case path components of letters and digits, with '.', '_' or '-' "
                 "only between them"
@@ -154,12 +153,12 @@ class TargetSettings(Section):
                 "<namespace>/<repository>, no deeper paths"
             )
         first = self.namespace.split("/")[0]  # Enterprise: the namespace; the rest is the repository's path
-        if personal and not _ACR_PERSONAL_NAMESPACE.match(first):
+        if personal and not _ACR_PERSONAL_NAMESPACE.fullmatch(first):
             raise ValueError(
                 f"namespace {shown(first)}: an ACR personal edition namespace is 2-30 lower-case letters, digits, '_' "
                 "or '-', starting and ending with a letter or digit"
             )
-        if acr.edition_of(self.registry) == acr.ENTERPRISE and not _ACR_ENTERPRISE_NAMESPACE.match(first):
+        if acr.edition_of(self.registry) == acr.ENTERPRISE and not _ACR_ENTERPRISE_NAMESPACE.fullmatch(first):
             raise ValueError(
                 f"namespace {shown(first)}: an ACR Enterprise namespace is 2-120 lower-case letters, digits, '.', '_' "
                 "or '-', starting and ending with a letter or digit"
