@@ -50,7 +50,14 @@ def load_json(text: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}
+# C0 and C1 controls and DEL (a terminal reads an 8-bit CSI too), and the marks that reorder text on screen
+_CONTROLS = (*range(32), *range(127, 160))
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_ESCAPES = (
+    {code: f"\\x{code:02x}" for code in _CONTROLS}
+    | {code: f"\\u{code:04x}" for code in _BIDI}
+    | {10: "\\n", 13: "\\r", 9: "\\t"}
+)
 
 
 def clip(text: str, limit: int = MAX_SHOWN) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,10 @@ if TYPE_CHECKING:  # rendering is imported only where a chart is rendered
     from mirror.chart.proof import Proof
 
 RBAC_FILE_NAME = "hami-scheduler-dra-rbac.yaml"
+HEADER_LINE_CHARS = 1000  # of a values file's first line read back: its header names the release
+RELEASE_IN_HEADER = re.compile(r"# (?:.* \(with )?HAMi ([^\s)]+)(?: images|\)) mirrored to ")
 NESTED_SCHEMA_SINCE = (2, 7, 0)
+log = logging.getLogger("mirror")
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +278,39 @@ def _header(
     return header + "".join(f"\nWARNING: {warning}" for warning in warnings)
 
 
+def written_release(path: Path) -> str | None:
+    """The HAMi release a values file was written for, as its header's first line names it (`# HAMi v2.10.0
+    images mirrored to ...`, `# hami-webui 1.3.0 (with HAMi v2.10.0) mirrored to ...`); None where there is no
+    file or its first line names none (written by hand)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as file:
+            first = file.readline(HEADER_LINE_CHARS)
+    except OSError:
+        return None
+    match = RELEASE_IN_HEADER.match(first)
+    return match[1] if match else None
+
+
+def _directories(target_dir: Path, version: str, latest: bool, file_name: str) -> list[Path]:
+    """Where `version`'s values go: its own folder, and with `latest` the target's folder too, unless the file
+    there holds a newer release (an older release synced later, a backport, goes to its own folder only)."""
+    own = [target_dir / version]
+    return [*own, target_dir] if latest and _may_replace_newest(target_dir / file_name, version) else own
+
+
+def _may_replace_newest(path: Path, version: str) -> bool:
+    """Whether the newest release's file may take `version`'s values: it is not there, names no release, or
+    names one that is not newer."""
+    written = written_release(path)
+    try:
+        newer = written is not None and version_key(written) > version_key(version)
+    except VersionError:
+        return True  # a release mirror cannot read is no newer one to keep
+    if newer:
+        log.info("%s holds HAMi %s, newer than %s: left as it is", path, written, version)
+    return not newer
+
+
 def write_values(
     settings: MirrorSettings,
     target: TargetSettings,
@@ -288,15 +326,14 @@ def write_values(
 ) -> ValuesFile:
     """Write one chart's values (the release chart's with the DRA RBAC file; the chart's .tgz when it goes
     beside them; a warning per pod the proof found without the pull secret) to `<output_dir>/<target>/<version>/`,
-    and to `<output_dir>/<target>/` for the newest release of the run. `spec` defaults to the release chart."""
+    and to `<output_dir>/<target>/` for the newest release of the run, unless the file there holds a newer one.
+    `spec` defaults to the release chart."""
     spec = spec or ChartSpec("hami", settings.values.release, settings.values.kube_namespace, settings.values.file_name)
     chart_version_ = chart_version_ or chart_version(version)
     warnings = (*warnings, *(proof.secret_warnings(spec.namespace) if proof is not None else ()))
     text = render_values(values, _header(spec, target, version, chart_version_, warnings))
     rbac = dra_rbac(settings.values) if spec.is_release_chart else None
-    directories = [settings.output_dir / target.name / version]
-    if latest:
-        directories.append(settings.output_dir / target.name)
+    directories = _directories(settings.output_dir / target.name, version, latest, spec.file_name)
     files: dict[Path, str | bytes] = {}
     for directory in directories:
         if rbac is not None:

@@ -12,7 +12,7 @@ import yaml
 
 from mirror.chart.archive import VALUES_YAML_LIMITS
 from mirror.chart.render import MANIFEST_YAML_LIMITS
-from mirror.untrusted import MAX_NUMBER_CHARACTERS, UntrustedInput, YamlLimits, load_yaml, load_yaml_all
+from mirror.untrusted import MAX_NUMBER_CHARACTERS, UntrustedInput, YamlLimits, clip, load_yaml, load_yaml_all
 
 LIMITS = YamlLimits(max_bytes=1024 * 1024, max_depth=20, max_nodes=10_000)
 
@@ -146,3 +146,13 @@ def test_aliases_within_the_limits_load_as_shared_values() -> None:
     loaded = load_yaml("a: &a {x: [1, 2]}\nb: *a\nc: *a\n", "values.yaml", LIMITS)
     assert loaded == {"a": {"x": [1, 2]}, "b": {"x": [1, 2]}, "c": {"x": [1, 2]}}
     assert load_yaml("", "values.yaml", LIMITS) is None
+
+
+@pytest.mark.parametrize(
+    ("shown", "escaped"),
+    [("\x1b[2J", "\\x1b[2J"), ("\x9b2J", "\\x9b2J"), ("\x85", "\\x85"), ("evil\u202egpj.exe", "evil\\u202egpj.exe")],
+)
+def test_clip_leaves_no_character_that_moves_the_cursor_or_reorders_the_line(shown: str, escaped: str) -> None:
+    """An 8-bit CSI (U+009B) drives a terminal as ESC [ does; U+202E shows what follows backwards."""
+    assert clip(f"image {shown}") == f"image {escaped}"
+    assert clip(f"image {shown}" + "x" * 3000).startswith(f"image {escaped}")

@@ -7,6 +7,9 @@ Three shapes are read, and each is written back in its own shape (`values.py`):
 - a block without one: `{repository: nvcr.io/nvidia/k8s/dcgm-exporter, tag: ...}`, the host (if any) inside
   `repository` (HAMi-WebUI, dcgm-exporter);
 - a string: `image: "quay.io/prometheus/prometheus:v2.54.1"` under a key named `image` (or ending in `Image`).
+Either may sit inside a list (`sidecars: [{image: busybox:1.36}]`): it is read and keyed `sidecars[0].image`, with
+the list's key (`list_key`), but never written back, since values cannot change one entry of a list without
+replacing the whole list (`jobs.py` leaves it behind, named).
 
 A subchart's blocks are keyed under its alias or name in the parent's values (`dcgm-exporter.image`), its
 values being the parent's overrides over its own defaults, with the parent's `global` on top, as Helm does.
@@ -56,6 +59,9 @@ class ImageBlock:
     registry_from_global: bool = False  # global.imageRegistry named its registry (values.py then clears it)
     enabled: bool = True  # False: it sits in a subchart that is off with the chart's default values
     chart: str = ""  # the subchart holding it ("dcgm-exporter", "kube-prometheus-stack/grafana"); "" for the chart
+    # the list it sits in ("sidecars" for `sidecars[0].image`): values cannot point it at a copy without replacing
+    # the whole list, which mirror does not write; "" for a block outside any list
+    list_key: str = ""
 
     @classmethod
     def at(cls, key: str, registry: str, repository: str, tag: str) -> ImageBlock:
@@ -68,6 +74,10 @@ class ImageBlock:
     @property
     def source(self) -> Repository:
         return Repository.of(self.registry, self.repository)
+
+    @property
+    def in_list(self) -> bool:
+        return bool(self.list_key)
 
     @property
     def reference(self) -> str:
@@ -138,10 +148,11 @@ def _chart_blocks(
     scope = _Scope(_global_values(chart, values), chart.app_version, kube_version)
     dependencies = list(_dependencies(chart, values, tags, budget))
     subchart_keys = frozenset(key for _, key, _ in dependencies)
-    for path, found in _walk(values, (), 0, subchart_keys, budget):
-        block = scope.block(path, found)
+    for found in _walk(values, (), 0, subchart_keys, budget):
+        block = scope.block(found.path, found.node)
         if block is not None:
-            yield replace(block, path=prefix + block.path, enabled=enabled, chart=chart_path)
+            list_key = ".".join(prefix + found.list_path) if found.list_path else ""
+            yield replace(block, path=prefix + block.path, enabled=enabled, chart=chart_path, list_key=list_key)
     for subchart, key, on in dependencies:
         own = subchart.values()
         merged = _merge(own, _mapping(values.get(key)), budget)
@@ -326,16 +337,26 @@ def _text(value: Any) -> str:
     return "" if value is None or isinstance(value, (dict, list)) else str(value).strip()
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """An image block or string in the values: its path (`("sidecars[0]", "image")` inside a list) and, inside
+    a list, the path of the outermost list (`("sidecars",)`)."""
+
+    path: tuple[str, ...]
+    node: dict[str, Any] | str
+    list_path: tuple[str, ...] = ()
+
+
 def _walk(
-    node: Any, path: tuple[str, ...], depth: int, skip: frozenset[str], budget: _Budget
-) -> Iterator[tuple[tuple[str, ...], dict[str, Any] | str]]:
-    """Image blocks and image strings below `node`; `skip`: top-level keys that hold a subchart's values (read
-    with the subchart)."""
+    node: Any, path: tuple[str, ...], depth: int, skip: frozenset[str], budget: _Budget, list_path: tuple[str, ...] = ()
+) -> Iterator[_Found]:
+    """Image blocks and image strings below `node`, in mappings and in lists (`sidecars: [{image: ...}]`);
+    `skip`: top-level keys that hold a subchart's values (read with the subchart)."""
     if not isinstance(node, dict) or depth > MAX_VALUES_DEPTH:
         return
     budget.node(1 + len(node))
     if isinstance(node.get("repository"), str) and node["repository"].strip() and _names_a_version(node):
-        yield path, node
+        yield _Found(path, node, list_path)
         return
     for key, child in node.items():
         if not isinstance(key, str) or len(key) > MAX_KEY_CHARS:
@@ -344,9 +365,27 @@ def _walk(
             continue
         if isinstance(child, str) and (key == "image" or key.endswith("Image")):
             if child.strip():
-                yield (*path, key), child
+                yield _Found((*path, key), child, list_path)
         elif isinstance(child, dict):
-            yield from _walk(child, (*path, key), depth + 1, frozenset(), budget)
+            yield from _walk(child, (*path, key), depth + 1, frozenset(), budget, list_path)
+        elif isinstance(child, list):
+            yield from _walk_list(child, (*path, key), depth + 1, budget, list_path or (*path, key))
+
+
+def _walk_list(
+    items: list[Any], path: tuple[str, ...], depth: int, budget: _Budget, list_path: tuple[str, ...]
+) -> Iterator[_Found]:
+    """The mappings of a list (and of lists in it), each as `key[index]`."""
+    if depth > MAX_VALUES_DEPTH:
+        return
+    budget.node(1 + len(items))
+    *parents, key = path
+    for index, item in enumerate(items):
+        where = (*parents, f"{key}[{index}]")
+        if isinstance(item, dict):
+            yield from _walk(item, where, depth + 1, frozenset(), budget, list_path)
+        elif isinstance(item, list):
+            yield from _walk_list(item, where, depth + 1, budget, list_path)
 
 
 def _names_a_version(node: dict[str, Any]) -> bool:

@@ -32,6 +32,7 @@ from mirror.untrusted import UntrustedInput, YamlLimits, clip, load_yaml_all
 Renderer = Literal["auto", "sdk", "binary", "values"]
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 FREE_FORM = ("data", "stringData", "binaryData", "annotations", "labels")
+NOTES = "NOTES.txt"  # Helm shows any template whose name ends so, and installs none of them
 MiB = 1024 * 1024
 # what Helm renders, per template (the binary's: all of it): kube-prometheus-stack's is about 3 MB in all, its
 # largest documents (CRDs, when a chart renders them) 1 MB, 100,000 nodes, 40 deep
@@ -256,12 +257,20 @@ def _read(renderer: str, manifests: dict[str, str]) -> Rendering:
     images: list[RenderedImage] = []
     pods: list[PodPull] = []
     for template, text in manifests.items():
-        if not template.endswith((".yaml", ".yml", "helm template")):
-            continue  # NOTES.txt and other text
+        if not _installed(template, text):
+            continue
         for document in load_yaml_all(text, clip(template, 200), MANIFEST_YAML_LIMITS):
             images += (RenderedImage(reference, template) for reference in _container_images(document))
             pods += pod_pulls(document, template)
     return Rendering(renderer, tuple(images), tuple(pods))
+
+
+def _installed(template: str, text: str) -> bool:
+    """Whether Helm installs what this template rendered: every template does, whatever its name ends in
+    (`pod.tpl`, `pod.json`, `pod`), except a partial (its file name starts with `_`), a NOTES.txt, and one
+    that rendered nothing but white space."""
+    name = template.rsplit("/", 1)[-1]
+    return not (name.startswith("_") or template.endswith(NOTES) or not text.strip())
 
 
 def _container_images(node: Any) -> Iterator[str]:

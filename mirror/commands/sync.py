@@ -10,6 +10,7 @@ import logging
 import signal
 import sys
 
+from mirror.chart.proof import Proof
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.errors import MirrorError
@@ -119,20 +120,26 @@ def print_summary(results: list[ReleaseResult]) -> None:
         for values in release.values:
             print(f"  {values.chart_name} {values.chart_version} values for {values.target}: {values.path}")
             for warning in values.warnings:
-                print(f"    WARNING: {warning}")
+                print(f"    WARNING: {clip(warning, MAX_LINE)}")
             if values.chart_note:
-                print(f"    chart: {values.chart_note}")
+                print(f"    chart: {clip(values.chart_note, MAX_LINE)}")
             if values.proof is not None:
-                verdict = "every image mirrored or allowed" if values.proof.ok else "IMAGES LEFT ON THE SOURCE"
-                print(f"    proof ({values.proof.renderer}): {verdict}")
-                for checked in values.proof.images:
-                    note = f"; {checked.note}" if checked.note else ""
-                    print(f"      {checked.reference}: {checked.verdict} ({checked.source}{note})")
+                print_proof(values.proof)
             if values.rbac_path:
                 print(f"    kubectl apply -f {values.rbac_path}")
             if values.kubectl_command:
                 print(f"    anonymous pulls fail here: create the pull secret first: {values.kubectl_command}")
             print(f"    {values.helm_command}")
+
+
+def print_proof(proof: Proof) -> None:
+    """The render proof, image by image: references and template names come from the chart, so each is clipped
+    (control characters escaped) as `say` clips a problem."""
+    verdict = "every image mirrored or allowed" if proof.ok else "IMAGES LEFT ON THE SOURCE"
+    print(f"    proof ({proof.renderer}): {verdict}")
+    for checked in proof.images:
+        note = f"; {checked.note}" if checked.note else ""
+        print(f"      {clip(checked.reference)}: {checked.verdict} ({clip(checked.source)}{note})")
 
 
 def say(problem: object) -> None:

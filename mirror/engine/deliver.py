@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from mirror.chart.images import pull_secret_paths
+from mirror.chart.images import ImageBlock, pull_secret_paths
 from mirror.chart.proof import Proof, check_rendering
 from mirror.chart.publish import publish_chart
 from mirror.chart.render import RenderRequest, render_install
@@ -21,8 +21,10 @@ from mirror.reference import ReferenceError, parse
 from mirror.registry import RegistryClient
 from mirror.report import ReleaseResult, TargetResult
 from mirror.settings import MirrorSettings, TargetSettings
-from mirror.values import ChartInstall, PointedBlock, ValuesFile, build_values, pull_registry, write_values
+from mirror.untrusted import clip
+from mirror.values import ChartInstall, ChartSpec, PointedBlock, ValuesFile, build_values, pull_registry, write_values
 
+PROBLEM_CHARS = 1000  # of one image left behind in a log line: it quotes the chart
 log = logging.getLogger("mirror")
 
 
@@ -82,7 +84,7 @@ async def deliver(
     outcomes = outcomes_at(job, result, target)
     pull_secret = result.pull_secret_for(target)
     values, proof = await _proven_values(settings, job, chart, target, outcomes, pull_secret)
-    problems = [f"{block.key} would still pull {block.reference}" for block in chart.unmirrored]
+    problems = [_left_behind(block, chart.spec) for block in chart.unmirrored]
     install = ChartInstall(chart.spec.default_reference)
     if proof is not None:
         problems += [f"the rendered chart pulls {failure}" for failure in proof.failures()]
@@ -93,7 +95,7 @@ async def deliver(
         what = "values" if chart.spec.is_release_chart else f"{chart.spec.name} values"
         return Delivery(None, f"{what} for {target.name} not written: nodes would pull from the source: {reason}")
     for problem in problems:
-        log.warning("%s: values written with an image left behind: %s", label, problem)
+        log.warning("%s: values written with an image left behind: %s", label, clip(problem, PROBLEM_CHARS))
     if chart.archive is not None and settings.chart is not None:
         install = await _publish(settings, chart, target, client, label)
     written = write_values(
@@ -110,6 +112,19 @@ async def deliver(
         chart.version,
     )
     return Delivery(written)
+
+
+def _left_behind(block: ImageBlock, spec: ChartSpec) -> str:
+    """One image block nobody mirrors; for one inside a list, why and what the user can do about it."""
+    problem = f"{block.key} would still pull {block.reference}"
+    if not block.in_list:
+        return problem
+    setting = "values.extra" if spec.is_release_chart else f"the values of the charts: entry {spec.name}"
+    return (
+        f"{problem}: an image inside the list {block.list_key}, which values cannot point at a copy without "
+        f"replacing the whole list (mirror does not write lists): set the whole {block.list_key} list in "
+        f"{setting}, with this image at a registry nodes can pull (chart.allowed_registries), or without it"
+    )
 
 
 async def _proven_values(

@@ -12,12 +12,13 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
 from mirror import hami
 from mirror.chart.archive import ChartArchive
 from mirror.chart.images import ImageBlock
 from mirror.naming import check_unique, flat_name
-from mirror.reference import Repository, api_host
+from mirror.reference import Repository, api_host, without_userinfo
 from mirror.release import chart_version, normalise_version
 from mirror.settings import (
     ACR_REGISTRIES,
@@ -166,8 +167,21 @@ def install_spec(settings: MirrorSettings, chart: InstallChartSettings) -> Chart
         chart.values,
         chart.subcharts,
         is_release_chart=False,
-        default_reference=f"{chart.name} --repo {chart.repository}",  # helm install <release> <this>
+        default_reference=f"{chart.name} {helm_repo_flags(chart.repository)}",  # helm install <release> <this>
     )
+
+
+def helm_repo_flags(repository: str) -> str:
+    """`--repo` for a printed `helm install`: a login in the URL becomes Helm's own flags, the password left for
+    the operator to fill in (the line reaches logs and chat channels)."""
+    user = urlsplit(repository).username
+    flags = f"--repo {without_userinfo(repository)}"
+    return f"{flags} --username {user} --password '<password>'" if user else flags
+
+
+def select_targets(settings: MirrorSettings, names: list[str] | None) -> tuple[TargetSettings, ...]:
+    """The targets `--target` names (every target without one); a name the config lacks is a ConfigError."""
+    return tuple(settings.target(name) for name in names) if names else tuple(settings.targets)
 
 
 def build_release_jobs(
@@ -180,7 +194,7 @@ def build_release_jobs(
     charts, when configured, were fetched first and are passed in)."""
     charts = charts or InstallCharts()
     normalised = check_versions(settings, versions)
-    targets = tuple(settings.target(n) for n in target_names) if target_names else tuple(settings.targets)
+    targets = select_targets(settings, target_names)
     return [_release_job(settings, version, targets, charts) for version in normalised]
 
 
@@ -217,22 +231,33 @@ def _release_chart_job(
     if not settings.images:
         return _chart_job(settings, spec, archive, blocks, copies, chart_version(version))
     uses = []
-    by_key = {block.key: block for block in blocks}
+    pointable = [block for block in blocks if not block.in_list]
+    by_key = {block.key: block for block in pointable}
     for image in settings.images:
         source, tag = source_repository(settings, image), image.tag_for(version)
         release_image = ReleaseImage(image.name, _platforms(image))
         copy = _index(copies, _Copy(release_image, source, tag))  # even with no key
-        keys = tuple(image.values_keys) or tuple(b.key for b in blocks if b.source == source)
+        keys = tuple(image.values_keys) or tuple(b.key for b in pointable if b.source == source)
         for key in keys or hami.VALUES_KEYS.get(source.name, ()):
             # the chart's own block keeps its shape and its pinned digest (copied as pinned); a key the chart
             # does not have is written as a registry/repository block
-            block = by_key.get(key) or ImageBlock.at(key, source.registry, source.name, tag)
+            own = by_key.get(key)
+            block = own or ImageBlock.at(key, source.registry, source.name, tag)
             pinned = _Copy(release_image, source, tag, block.digest) if block.digest else None
             use = replace(block, registry=source.registry, repository=source.name, tag=tag)
-            uses.append(ImageUse(use, _index(copies, pinned) if pinned else copy))
+            uses.append(ImageUse(use, _index(copies, pinned) if pinned else copy, _tag_to_write(own, tag)))
     covered = {use.block.key for use in uses}
     unmirrored = tuple(b for b in blocks if b.key not in covered and not _allowed(settings, b.registry))
     return ChartJob(spec, chart_version(version), archive, tuple(uses), unmirrored)
+
+
+def _tag_to_write(chart_block: ImageBlock | None, tag: str) -> str | None:
+    """A configured image's tag, where the values must carry it: the chart's block renders another tag (its own
+    default, another release's), or the chart has no block at that key, so what it renders there is unknown.
+    None where the chart already renders `tag`, or pulls the image by the digest it pins."""
+    if chart_block is None:
+        return tag
+    return tag if chart_block.tag != tag and not chart_block.digest else None
 
 
 def _chart_job(
@@ -243,20 +268,27 @@ def _chart_job(
     copies: dict[_Copy, int],
     version: str | None = None,
 ) -> ChartJob:
-    """Every block of the chart outside the allowed registries becomes a use of its copy."""
+    """Every block of the chart outside the allowed registries becomes a use of its copy; one inside a list, which
+    values cannot point at a copy, is left where it is (`unmirrored`)."""
     mirror_allowed = settings.chart is not None and settings.chart.mirror_acr_images
-    uses = []
+    uses: list[ImageUse] = []
+    unmirrored: list[ImageBlock] = []
     for block in blocks:
-        if _allowed(settings, block.registry) and not mirror_allowed:
-            continue  # nodes pull it as it is (kube-scheduler from ACR)
+        allowed = _allowed(settings, block.registry)
         if not block.enabled and spec.subcharts == "enabled":
             continue  # a subchart that is off: turning it on later needs another run
+        if block.in_list:
+            if not allowed:
+                unmirrored.append(block)
+            continue
+        if allowed and not mirror_allowed:
+            continue  # nodes pull it as it is (kube-scheduler from ACR)
         name = flat_name(block.source, settings.source.registry)
         tag = block.tag or pinned_tag(block.digest or "")
         copy = _index(copies, _Copy(ReleaseImage(name), block.source, tag, block.digest))
         uses.append(ImageUse(block, copy, block.tag if block.tag_from_kube_version else None))
     chart_version_ = version or (archive.version if archive is not None else "")
-    return ChartJob(spec, chart_version_, archive, tuple(uses))
+    return ChartJob(spec, chart_version_, archive, tuple(uses), tuple(unmirrored))
 
 
 def _one_digest_per_tag(copies: list[_Copy]) -> list[_Copy]:

@@ -19,7 +19,7 @@ from mirror.engine.charts import fetch_install_charts
 from mirror.engine.clients import Clients, retry_policy
 from mirror.engine.deliver import Delivery, chart_verified, deliver
 from mirror.engine.discover import DiscoveryError, discover, discovery_host
-from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_jobs, check_versions
+from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_jobs, check_versions, select_targets
 from mirror.engine.lock import target_locks
 from mirror.engine.namespaces import prepare_namespaces
 from mirror.engine.plan import apply_policy
@@ -36,6 +36,7 @@ from mirror.reference import api_host
 from mirror.release import version_key
 from mirror.report import ImageResult, ReleaseResult
 from mirror.settings import MirrorSettings, TargetSettings
+from mirror.untrusted import clip
 
 if TYPE_CHECKING:  # sigstore is imported only where a rule applies
     from mirror.engine.signatures import HeldCopy, SignatureCheck, SignatureGate
@@ -47,6 +48,7 @@ __all__ = ["SyncOptions", "Syncer", "discover_and_sync", "sync"]
 # of a dozen or more HEADs each keep a registry's 32 connections (the default) busy; more only wait at the pool
 # holding memory (the benchmark's 50 images to three targets: peak RSS 66 MB at 32, 63 MB at 16, no slower).
 IMAGES_AT_ONCE = 16
+EVENT_CHARS = 1000  # of a delivery's refusal on the progress line (the run's report says it whole)
 T = TypeVar("T")
 log = logging.getLogger("mirror")
 
@@ -126,7 +128,10 @@ class Syncer:
             delivery = Delivery(None, f"{not_written}: {reason}")
         if delivery.values is None:
             result.errors.append(delivery.error or not_written)
-            self.progress.event(f"{job.version} {chart.spec.name} -> {target.name}: {delivery.error}")
+            # the error quotes the chart (rendered references, template names): escaped and bounded on the terminal
+            self.progress.event(
+                clip(f"{job.version} {chart.spec.name} -> {target.name}: {delivery.error}", EVENT_CHARS)
+            )
             return
         result.values.append(delivery.values)
         self.progress.event(f"{job.version} {chart.spec.name} -> {target.name}: wrote {delivery.values.path}")
@@ -264,6 +269,7 @@ async def sync(
     """Validate the request, fetch the releases' charts, take the targets' locks, run over one client per
     registry host (the caller's, when it has them open already), close."""
     versions = check_versions(settings, versions)
+    select_targets(settings, list(options.target_names))  # a mistyped --target exits 2 before any request
     if not options.dry_run:
         check_writable(settings.output_dir, "output_dir")
     own = clients is None
@@ -299,6 +305,7 @@ async def discover_and_sync(
     """Find the releases the discovery filter selects at the source, then sync each of them (over the caller's
     clients, when it has them open already). A source that cannot be listed raises DiscoveryError with one
     line, as a failed copy reports one line."""
+    select_targets(settings, list(options.target_names))
     if not options.dry_run:
         check_writable(settings.output_dir, "output_dir")
     own = clients is None

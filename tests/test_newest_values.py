@@ -1,0 +1,71 @@
+"""`<output_dir>/<target>/hami-ack-values.yaml` is the newest release's: a run for an older release (a backport,
+v2.9.3 after v2.10.0, by the service or by hand) writes its own folder and leaves the newest file alone; a run for
+the same or a newer release replaces it. The release a file holds is read from its header."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mirror.settings import MirrorSettings
+from mirror.values import ChartInstall, ChartSpec, ValuesFile, write_values
+
+TARGET = {"name": "t", "registry": "registry.cn-hangzhou.aliyuncs.com", "namespace": "my-ns"}
+WEBUI = ChartSpec("hami-webui", "hami-webui", "hami-webui", "hami-webui-values.yaml", is_release_chart=False)
+
+
+def settings(output: Path) -> MirrorSettings:
+    images = [{"name": "hami", "source": "projecthami/hami"}]
+    return MirrorSettings.model_validate({"targets": [TARGET], "images": images, "output_dir": str(output)})
+
+
+def write(config: MirrorSettings, version: str, spec: ChartSpec | None = None) -> ValuesFile:
+    """The values of `version`, written as the newest release of its run (every run of one version is)."""
+    values = {"written_for": version}
+    chart_version = "1.3.0" if spec is not None else None
+    return write_values(
+        config,
+        config.targets[0],
+        version,
+        True,
+        values,
+        ChartInstall("hami-charts/hami"),
+        spec=spec,
+        chart_version_=chart_version,
+    )
+
+
+def holds(path: Path) -> str:
+    """The release whose values the file holds."""
+    (line,) = [line for line in path.read_text().splitlines() if line.startswith("written_for: ")]
+    return line.removeprefix("written_for: ")
+
+
+@pytest.mark.parametrize("spec", [None, WEBUI], ids=["hami", "another chart of the install"])
+def test_an_older_release_synced_later_leaves_the_newest_file_alone(tmp_path: Path, spec: ChartSpec | None) -> None:
+    config = settings(tmp_path)
+    file_name = spec.file_name if spec is not None else "hami-ack-values.yaml"
+    newest = tmp_path / "t" / file_name
+    assert write(config, "v2.10.0", spec).path == newest
+    assert holds(newest) == "v2.10.0"
+
+    backport = write(config, "v2.9.3", spec)
+    assert backport.path == tmp_path / "t" / "v2.9.3" / file_name  # and its helm line names that file
+    assert f"-f {backport.path}" in backport.helm_command
+    assert "written_for: v2.9.3" in backport.path.read_text()
+    assert holds(newest) == "v2.10.0"
+    assert write(config, "v2.10.0-rc.1", spec).path != newest  # a pre-release of it is older too
+
+    assert write(config, "v2.10.0", spec).path == newest  # the same release again: rewritten
+    assert write(config, "v2.10.1", spec).path == newest
+    assert holds(newest) == "v2.10.1"
+
+
+def test_a_newest_file_that_names_no_release_is_replaced(tmp_path: Path) -> None:
+    config = settings(tmp_path)
+    newest = tmp_path / "t" / "hami-ack-values.yaml"
+    newest.parent.mkdir(parents=True)
+    newest.write_text("# written by hand\nscheduler: {}\n")
+    assert write(config, "v2.9.3").path == newest
+    assert holds(newest) == "v2.9.3"
