@@ -90,8 +90,8 @@ def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize(
     "directory",
-    [ROOT / "deploy", OVERLAYS / "postgres", OVERLAYS / "rrsa"],
-    ids=["deploy", "overlays/postgres", "overlays/rrsa"],
+    [ROOT / "deploy", OVERLAYS / "postgres", OVERLAYS / "rrsa", OVERLAYS / "cronjob"],
+    ids=["deploy", "overlays/postgres", "overlays/rrsa", "overlays/cronjob"],
 )
 def test_each_kustomization_builds_into_valid_manifests(directory: Path) -> None:
     docs = built(directory)
@@ -120,10 +120,72 @@ def test_the_postgres_overlay_runs_two_replicas_that_share_the_cronjobs_database
     assert "<" in database["stringData"]["url"]  # a placeholder, never a real value
 
 
+# What each kustomization under deploy/ runs that writes to the targets. On SQLite each pod keeps its per-target
+# locks on its own volume, so the CronJob and the service run together only where both name one PostgreSQL
+# database, whose advisory locks they share: a webhook job runs whenever a release is published, exactly when the
+# CronJob's discovery copies it too, so schedules set apart do not keep them apart.
+WRITERS = {
+    "deploy": {"Deployment"},
+    "deploy/base": {"Deployment"},
+    "deploy/overlays/cronjob": {"CronJob"},
+    "deploy/overlays/postgres": {"CronJob", "Deployment"},
+    "deploy/overlays/rrsa": {"Deployment"},
+}
+
+
+def kustomizations() -> list[Path]:
+    found = [ROOT / "deploy", DEPLOY, *sorted(p.parent for p in OVERLAYS.glob("*/kustomization.yaml"))]
+    return [path for path in found if (path / "kustomization.yaml").exists()]
+
+
+def running_writers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The pod specs that run mirror against the targets: the CronJob unless suspended, the Deployment unless
+    scaled to nothing."""
+    found: dict[str, dict[str, Any]] = {}
+    for doc in docs:
+        if doc["kind"] == "CronJob" and not doc["spec"].get("suspend", False):
+            found["CronJob"] = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        if doc["kind"] == "Deployment" and doc["spec"].get("replicas", 1) > 0:
+            found["Deployment"] = doc["spec"]["template"]["spec"]
+    return found
+
+
+def test_every_kustomization_is_placed_in_writers() -> None:
+    assert {str(path.relative_to(ROOT)) for path in kustomizations()} == set(WRITERS)
+
+
+@pytest.mark.parametrize("directory", kustomizations(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_cronjob_and_the_service_run_together_only_on_postgresqls_shared_locks(directory: Path) -> None:
+    running = running_writers(built(directory))
+    assert set(running) == WRITERS[str(directory.relative_to(ROOT))]
+    if len(running) > 1:
+        databases = []
+        for pod in running.values():
+            (container,) = pod["containers"]
+            env = {e["name"]: e for e in container.get("env", [])}
+            databases.append(env.get("MIRROR_DATABASE_URL", {}).get("valueFrom"))
+        assert databases[0] is not None and all(database == databases[0] for database in databases), databases
+
+
+def test_the_cronjob_overlay_runs_the_cronjob_alone() -> None:
+    docs = built(OVERLAYS / "cronjob")
+    kinds = by_kind(docs)
+    assert {"Deployment", "Service", "PersistentVolumeClaim"}.isdisjoint(kinds)
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"} == {"mirror-registries"}
+    assert kinds["NetworkPolicy"]["spec"]["ingress"] == []  # nothing listens
+    cron = kinds["CronJob"]["spec"]
+    assert cron["suspend"] is False and cron["concurrencyPolicy"] == "Forbid"  # one run at a time
+    (container,) = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.command == "sync" and args.discover is True and args.print_files is True
+
+
 def test_the_cronjob_and_the_service_never_discover_at_once() -> None:
+    """Where both run (the postgres overlay), their locks keep them off one target at once; the schedules set
+    apart only spare the second run's work."""
     from mirror.cron import cron_trigger
 
-    docs = by_kind(built(ROOT / "deploy"))
+    docs = by_kind(built(OVERLAYS / "postgres"))
     (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
     service_cron = next(e["value"] for e in container["env"] if e["name"] == "MIRROR_SCHEDULE")
     cronjob = cron_trigger(docs["CronJob"]["spec"]["schedule"])
@@ -137,8 +199,7 @@ def test_the_cronjob_and_the_service_never_discover_at_once() -> None:
             times.add(moment)
         fires.append(times)
     assert fires[0] and fires[1] and not fires[0] & fires[1]
-    # and a CronJob run, started as late as Kubernetes may start it, is over before the service's next
-    # discovery starts: on SQLite they share no lock
+    # and a CronJob run, started as late as Kubernetes may start it, is over before the service's next discovery
     spec = docs["CronJob"]["spec"]
     late = spec["startingDeadlineSeconds"] + spec["jobTemplate"]["spec"]["activeDeadlineSeconds"]
     deadline = datetime.timedelta(seconds=late)

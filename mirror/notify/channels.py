@@ -9,6 +9,11 @@
 - A generic JSON webhook: the event as JSON, `X-Mirror-Timestamp` and `X-Mirror-Signature-256:
   sha256=<hex HMAC-SHA256(key=secret, msg="<timestamp>." + body)>`, so a receiver can refuse replays.
 
+Every value an event carries (image names, registries' error messages, paths) is text from outside: each chat
+gets it as plain text in its own format (`Style`), around mirror's own words and markup, so it cannot mention a
+channel, hide a link behind a label or break out of mirror's bold headline or code span. The generic webhook's
+JSON keeps each value exactly.
+
 DingTalk, Feishu and WeCom answer 200 with an error code in the body when they refuse: `refusal` reads it."""
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import hashlib
 import hmac
 import json
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,54 +39,128 @@ class Post:
     headers: dict[str, str]
 
 
-def headline(event: Event) -> str:
+@dataclass(frozen=True, slots=True)
+class Style:
+    """How a channel shows an event's values and command lines inside mirror's own words. Every value an event
+    carries (image names, failure reasons from registries, paths) is text mirror did not write: it may hold the
+    platform's markup, so `value` makes it plain text in that platform's format."""
+
+    value: Callable[[str], str]
+    command: Callable[[str], str]  # a `helm upgrade` line people copy
+
+
+def _as_is(text: str) -> str:
+    return text
+
+
+def _one_line(text: str) -> str:
+    """A value's line breaks as spaces: a value never starts a line of its own (a heading, a quote)."""
+    return " ".join(text.splitlines())
+
+
+# Slack's documented rule: `&`, `<` and `>` are its control characters (`<!channel>`, `<url|label>`) and are
+# written as HTML entities wherever they are meant as text.
+_SLACK_ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+# DingTalk's and WeCom's markdown document no escape character, so each character that opens their documented
+# markup in a value (a link or image `[..](..)`, emphasis `*`, a heading `#`, a quote `>`, inline code, an HTML
+# tag such as `<font>`, WeCom's `<@userid>` mention) is written as a look-alike that no renderer reads as markup.
+_MARKDOWN_LOOKALIKES = str.maketrans(
+    {
+        "[": "\N{FULLWIDTH LEFT SQUARE BRACKET}",
+        "]": "\N{FULLWIDTH RIGHT SQUARE BRACKET}",
+        "<": "\N{FULLWIDTH LESS-THAN SIGN}",
+        ">": "\N{FULLWIDTH GREATER-THAN SIGN}",
+        "*": "\N{ASTERISK OPERATOR}",
+        "#": "\N{FULLWIDTH NUMBER SIGN}",
+        "`": "\N{MODIFIER LETTER GRAVE ACCENT}",
+    }
+)
+
+# Feishu's text message reads `<at user_id="all">` (a mention of everyone), style tags (`<b>`) and
+# `[label](url)` links; it documents no escape either.
+_FEISHU_LOOKALIKES = str.maketrans(
+    {
+        "[": "\N{FULLWIDTH LEFT SQUARE BRACKET}",
+        "]": "\N{FULLWIDTH RIGHT SQUARE BRACKET}",
+        "<": "\N{FULLWIDTH LESS-THAN SIGN}",
+        ">": "\N{FULLWIDTH GREATER-THAN SIGN}",
+    }
+)
+
+
+def slack_value(text: str) -> str:
+    return _one_line(text).translate(_SLACK_ENTITIES)
+
+
+def markdown_value(text: str) -> str:
+    return _one_line(text).translate(_MARKDOWN_LOOKALIKES)
+
+
+def feishu_value(text: str) -> str:
+    return _one_line(text).translate(_FEISHU_LOOKALIKES)
+
+
+PLAIN = Style(_as_is, _as_is)
+SLACK = Style(slack_value, slack_value)
+MARKDOWN = Style(markdown_value, lambda line: f"`{markdown_value(line)}`")
+FEISHU = Style(feishu_value, feishu_value)
+
+
+def headline(event: Event, style: Style = PLAIN) -> str:
+    shown = style.value
     match event:
         case Mirrored():
-            return f"mirror: {event.release} mirrored to {event.target}"
+            return f"mirror: {shown(event.release)} mirrored to {shown(event.target)}"
         case Failed():
             first = event.failures[0]
             more = f" and {len(event.failures) - 1} more" if len(event.failures) > 1 else ""
-            return f"mirror: {event.release} FAILED: {first.what} -> {first.where}{more}"
+            return f"mirror: {shown(event.release)} FAILED: {shown(first.what)} -> {shown(first.where)}{more}"
         case Drifted():
-            return f"mirror: {event.release} drift: {event.image} at {event.target}"
+            return f"mirror: {shown(event.release)} drift: {shown(event.image)} at {shown(event.target)}"
 
 
-def lines(event: Event) -> list[str]:
+def lines(event: Event, style: Style = PLAIN) -> list[str]:
     """The message body, one fact a line."""
+    shown = style.value
     match event:
         case Mirrored():
             return [
-                f"images: {', '.join(event.images)}",
+                f"images: {', '.join(shown(image) for image in event.images)}",
                 f"moved: {event.bytes_moved / 1_000_000:.1f} MB",
-                *(f"values: {v}" for v in event.values),
-                *event.helm_lines,
+                *(f"values: {shown(values)}" for values in event.values),
+                *(style.command(line) for line in event.helm_lines),
             ]
         case Failed():
-            return [f"{f.what} -> {f.where}: {f.reason}" for f in event.failures]
+            return [f"{shown(f.what)} -> {shown(f.where)}: {shown(f.reason)}" for f in event.failures]
         case Drifted():
-            return [f"{event.image} -> {event.target}: {event.reason}"]
+            return [f"{shown(event.image)} -> {shown(event.target)}: {shown(event.reason)}"]
 
 
 def post_for(kind: str, url: str, secret: str | None, event: Event, now: float) -> Post:
-    title, body_lines = headline(event), lines(event)
-    text = "\n".join([title, *body_lines])
-    shown = [f"`{line}`" if line.startswith("helm ") else line for line in body_lines]
-    markdown = "\n\n".join([f"**{title}**", *shown])
     json_headers = {"Content-Type": "application/json"}
     if kind == "dingtalk":
         timestamp = str(int(now * 1000))
         signed = f"{url}{'&' if '?' in url else '?'}timestamp={timestamp}&sign={dingtalk_sign(secret or '', timestamp)}"
-        message = {"msgtype": "markdown", "markdown": {"title": title, "text": markdown}}
-        return Post(signed, _json(message), json_headers)
+        message = {"title": headline(event, MARKDOWN), "text": _markdown(event)}
+        return Post(signed, _json({"msgtype": "markdown", "markdown": message}), json_headers)
     if kind == "feishu":
         timestamp = str(int(now))
         body = {"timestamp": timestamp, "sign": feishu_sign(secret or "", timestamp), "msg_type": "text"}
-        return Post(url, _json({**body, "content": {"text": text}}), json_headers)
+        return Post(url, _json({**body, "content": {"text": _text(event, FEISHU)}}), json_headers)
     if kind == "wecom":
-        return Post(url, _json({"msgtype": "markdown", "markdown": {"content": markdown}}), json_headers)
+        return Post(url, _json({"msgtype": "markdown", "markdown": {"content": _markdown(event)}}), json_headers)
     if kind == "slack":
-        return Post(url, _json({"text": text}), json_headers)
+        return Post(url, _json({"text": _text(event, SLACK)}), json_headers)
     return _webhook(url, secret or "", event, now)
+
+
+def _text(event: Event, style: Style) -> str:
+    return "\n".join([headline(event, style), *lines(event, style)])
+
+
+def _markdown(event: Event) -> str:
+    return "\n\n".join([f"**{headline(event, MARKDOWN)}**", *lines(event, MARKDOWN)])
 
 
 def dingtalk_sign(secret: str, timestamp: str) -> str:
@@ -99,8 +179,7 @@ def webhook_signature(secret: str, timestamp: str, body: bytes) -> str:
 
 def _webhook(url: str, secret: str, event: Event, now: float) -> Post:
     timestamp = str(int(now))
-    text = "\n".join([headline(event), *lines(event)])
-    body = _json({"event": event.kind, **dataclasses.asdict(event), "text": text})
+    body = _json({"event": event.kind, **dataclasses.asdict(event), "text": _text(event, PLAIN)})
     headers = {
         "Content-Type": "application/json",
         "X-Mirror-Event": event.kind,
