@@ -3,7 +3,7 @@
 mean "the database is away for now", and the keys of PostgreSQL's advisory locks.
 
 Every advisory lock mirror takes is named in one namespace (`target:<registry>_<namespace>`,
-`schema:jobs`) and keyed by one function of that name, so two parts of mirror never meet on one key by
+`schema:jobs`, `queue:jobs`) and keyed by one function of that name, so two parts of mirror never meet on one key by
 accident, and every process of every version agrees on the key of a name.
 
 SQLAlchemy is imported only when an engine is made: a `mirror sync` with file locks never loads it."""
@@ -31,6 +31,7 @@ SQLITE_BUSY_SECONDS = 30  # how long SQLite waits for another writer's lock
 POOL_SIZE, POOL_OVERFLOW = 4, 4
 
 SCHEMA_LOCK = "schema:jobs"  # one replica at a time creates or upgrades the job tables
+QUEUE_LOCK = "queue:jobs"  # one replica at a time counts the queued jobs and adds one (service.max_queued_jobs)
 
 
 def target_lock(name: str) -> str:

@@ -245,7 +245,8 @@ def test_the_rules_use_only_names_the_service_exports_or_kube_state_metrics() ->
         assert not unknown, f"{rule.get('alert') or rule.get('record')} uses names nobody exports: {unknown}"
         used |= names
     assert {"mirror_syncs_total", "mirror_drift", "mirror_dockerhub_pulls_remaining"} <= used
-    assert {"mirror_last_successful_job_timestamp_seconds", "kube_cronjob_status_last_successful_time"} <= used
+    assert {"mirror_store_last_successful_job_timestamp_seconds", "kube_cronjob_status_last_successful_time"} <= used
+    assert "mirror_last_successful_job_timestamp_seconds" not in used  # a process's own, forgotten on restart
     assert {"kube_job_status_failed"} <= used and recorded <= used
 
 

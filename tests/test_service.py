@@ -573,3 +573,34 @@ def test_discovery_that_cannot_reach_the_source_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mirror: discovery failed: list tags "), err
     assert "registry unreachable" in err[0]
+
+
+def cookie_attributes(answer: httpx.Response) -> set[str]:
+    """The attribute names of the response's one Set-Cookie, lower-cased (`secure`, `httponly`, ...)."""
+    (header,) = answer.headers.get_list("set-cookie")
+    return {part.strip().partition("=")[0].lower() for part in header.split(";")[1:]}
+
+
+@pytest.mark.parametrize(
+    ("setting", "headers", "secure"),
+    [
+        ("always", {}, True),  # behind an ingress that terminates TLS: plain http as the service sees it
+        ("never", {"X-Forwarded-Proto": "https"}, False),
+        ("auto", {"X-Forwarded-Proto": "https"}, True),  # a proxy on loopback, which uvicorn believes
+        ("auto", {}, False),
+    ],
+)
+def test_service_secure_cookie_decides_the_session_cookies_secure_flag(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, setting: str, headers: dict[str, str], secure: bool
+) -> None:
+    config = service_config(tmp_path, source, target, service={"secure_cookie": setting})
+    running = Service(config, free_port())
+    running.start()
+    try:
+        login = httpx.post(f"{running.url}/login", data={"token": API_TOKEN}, headers=headers, timeout=10)
+        logout = httpx.post(f"{running.url}/logout", headers=headers, timeout=10)
+    finally:
+        assert running.stopped_cleanly()
+    assert login.status_code == 303 and {"httponly", "samesite"} <= cookie_attributes(login)
+    assert ("secure" in cookie_attributes(login)) is secure
+    assert logout.status_code == 303 and ("secure" in cookie_attributes(logout)) is secure

@@ -48,8 +48,8 @@ async def test_a_job_left_running_without_a_lease_is_claimed_again(old_url: str)
     clock = FakeClock()
     store = JobStore(old_url, clock=clock)
     try:
-        merged, created = await store.enqueue("ci", ["v2.9.0"], "delivery-2")  # active: merged into it, as ever
-        assert merged["id"] == "old-release" and not created
+        follow_up, created = await store.enqueue("ci", ["v2.9.0"], "delivery-2")  # it runs: a follow-up is queued
+        assert created and follow_up["id"] != "old-release"
         first = await store.claim_next("upgraded", 60)
         second = await store.claim_next("upgraded", 60)
         assert first is not None and first["id"] == "old-discovery"
@@ -57,10 +57,12 @@ async def test_a_job_left_running_without_a_lease_is_claimed_again(old_url: str)
         for job in (first, second):
             assert job["state"] == RUNNING and job["owner"] == "upgraded" and job["attempts"] == 1
             assert job["lease_expires_at"] == clock.now + 60
-        assert await store.claim_next("other", 60) is None  # now under a live lease: nobody else's
+        assert await store.claim_next("other", 60) is None  # under a live lease now; the follow-up waits for it
         assert await store.finish("old-release", "upgraded", SUCCEEDED, [], None)
-        later, created = await store.enqueue("ci", ["v2.9.0"], "delivery-3")  # the release flows again
-        assert created and later["id"] != "old-release"
+        later, created = await store.enqueue("ci", ["v2.9.0"], "delivery-3")  # joins the queued follow-up
+        assert later["id"] == follow_up["id"] and not created
+        taken = await store.claim_next("other", 60)  # the release flows again
+        assert taken is not None and taken["id"] == follow_up["id"]
     finally:
         store.close()
 

@@ -35,11 +35,11 @@ from mirror.service.hooks import (
     delivery_id,
     dockerhub_version,
 )
-from mirror.service.metrics import Metrics
+from mirror.service.metrics import Metrics, StoreSuccess
 from mirror.service.runner import JobRunner
 from mirror.service.scheduler import start_scheduler
 from mirror.service.server import Doors, run
-from mirror.service.store import ACTIVE, KINDS, MAX_ERROR_CHARS, STATES, JobStore, UnknownJob
+from mirror.service.store import ACTIVE, KINDS, MAX_ERROR_CHARS, STATES, JobStore, QueueFull, UnknownJob
 from mirror.settings import ConfigError, MirrorSettings, load_settings
 from mirror.untrusted import clip
 
@@ -48,6 +48,7 @@ log = logging.getLogger("mirror.service")
 # again: GitHub signs no timestamp, so a captured delivery can be replayed under a new delivery id.
 REPLAY_WINDOW_SECONDS = 600.0
 PAGE_DEFAULT, PAGE_MAX = 50, 200  # jobs per page of GET /jobs
+QUEUE_FULL_RETRY_AFTER = 60  # seconds: a webhook refused for a full queue is told when to try again
 _JOB_ID = re.compile(r"[0-9A-Za-z_-]{1,32}")
 _LIST_PARAMETERS = ("limit", "before", "state", "kind")
 
@@ -102,10 +103,22 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 async def accept(request: Request, kind: str, version: str, delivery: str | None) -> JSONResponse:
-    """202 with the job that will run (new, or the release's active one); 200 with a finished job that already
-    answers this delivery or succeeded for this release within REPLAY_WINDOW_SECONDS: nothing queued."""
+    """202 with the job that will run (new, or the release's queued one, or the one running for this delivery);
+    200 with a finished job that already answers this delivery or succeeded for this release within
+    REPLAY_WINDOW_SECONDS: nothing queued. 503 when service.max_queued_jobs are queued: nothing queued."""
     state = request.app.state
-    job, created = await state.store.enqueue(kind, [version], delivery, done_within=REPLAY_WINDOW_SECONDS)
+    try:
+        job, created = await state.store.enqueue(
+            kind,
+            [version],
+            delivery,
+            done_within=REPLAY_WINDOW_SECONDS,
+            max_queued=state.settings.service.max_queued_jobs,
+        )
+    except QueueFull as exc:
+        log.warning("%s webhook for %s refused: %s", kind, version, exc)
+        message = f"{exc}: nothing queued for {version}; send it again once they have run (GET /jobs?state=queued)"
+        return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": str(QUEUE_FULL_RETRY_AFTER)})
     if created:
         state.runner.wake.set()
         log.info("queued job %s for %s (%s)", job["id"], version, kind)
@@ -249,7 +262,16 @@ def webhook_status(settings: MirrorSettings) -> str:
 
 
 async def metrics(request: Request) -> Response:
+    await request.app.state.store_success.refresh()
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+async def queue_discovery(app: Starlette) -> None:
+    """The schedule's discovery job (never bounded by service.max_queued_jobs: at most one is queued)."""
+    job, created = await app.state.store.enqueue("schedule", None, None)
+    if created:
+        app.state.runner.wake.set()
+        log.info("scheduled discovery queued as job %s", job["id"])
 
 
 def create_app(settings: MirrorSettings) -> Starlette:
@@ -266,15 +288,10 @@ def create_app(settings: MirrorSettings) -> Starlette:
         if app.state.api_token is None:
             log.warning("the job API is closed: no service.api_token configured")
         app.state.metrics = Metrics()
+        app.state.store_success = StoreSuccess(app.state.metrics, app.state.store.last_success)
         app.state.runner = JobRunner(settings, app.state.store, app.state.metrics)
         app.state.runner.start()
-
-        async def scheduled() -> None:
-            job, created = await app.state.store.enqueue("schedule", None, None)
-            if created:
-                app.state.runner.wake.set()
-                log.info("scheduled discovery queued as job %s", job["id"])
-
+        scheduled = functools.partial(queue_discovery, app)
         app.state.scheduler = start_scheduler(settings.schedule, scheduled) if settings.schedule else None
         try:
             yield

@@ -146,7 +146,8 @@ def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
 
 @payload_refusals
 def dockerhub_version(settings: MirrorSettings, body: bytes) -> str:
-    """Docker Hub's push webhook: `repository.repo_name` must be a configured, version-bearing image."""
+    """Docker Hub's push webhook: `repository.repo_name` must be a configured, version-bearing image whose
+    source is that repository on Docker Hub (`pushed_repositories`)."""
     doc = _json(body)
     push, repository = doc.get("push_data"), doc.get("repository")
     if not isinstance(push, dict) or not isinstance(repository, dict):
@@ -155,12 +156,12 @@ def dockerhub_version(settings: MirrorSettings, body: bytes) -> str:
     if not isinstance(name, str):
         raise HookError(422, "no repository.repo_name in the payload")
     try:
-        pushed = Repository.of(settings.source.registry, name).name
+        pushed = pushed_repositories(settings, name)
     except ValueError:
         raise HookError(422, f"repository {clip(name, SHOWN)!r} is not valid") from None
-    images = [image for image, repository in version_bearing_images(settings) if repository.name == pushed]
+    images = [image for image, repository in version_bearing_images(settings) if repository in pushed]
     if not images:
-        raise HookError(422, f"repository {clip(name, SHOWN)!r} is not one this service mirrors")
+        raise HookError(422, f"repository {clip(name, SHOWN)!r} on Docker Hub is not one this service mirrors")
     tag = push.get("tag")
     if not isinstance(tag, str):
         raise HookError(422, "no push_data.tag in the payload")
@@ -171,6 +172,14 @@ def dockerhub_version(settings: MirrorSettings, body: bytes) -> str:
     if not versions:
         raise HookIgnored(f"tag {clip(tag, SHOWN)!r} is not a release of {images[0].tag!r}")
     return published_version(settings, versions[0])
+
+
+def pushed_repositories(settings: MirrorSettings, name: str) -> set[Repository]:
+    """The repositories a Docker Hub push of `name` stands for, matched by registry and path: the one on Docker
+    Hub, and the one on `source.registry` (Docker Hub itself by default, else the registry the config reads
+    Docker Hub's images through). An image on another registry (`registry: nvcr.io`) is never one of them,
+    whatever its path."""
+    return {Repository.of("docker.io", name), Repository.of(settings.source.registry, name)}
 
 
 def _is_version(text: str) -> bool:

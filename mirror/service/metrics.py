@@ -1,13 +1,17 @@
 """Prometheus metrics of the service: syncs, bytes, blobs, durations, 429s, Docker Hub's budget, jobs given
-up, the last success per image and target and of any job, and drift per image and target. The 429s are told by
-the runs' registry clients (`count_retry_status`, the observer the runner gives each run), not read from a
-global. The alert rules and the dashboard over these names are in deploy/monitoring/ (tests/test_monitoring.py
-checks that they use only names rendered here)."""
+up, the last success per image and target and of any job (this process's, and the job store's, which every
+replica shares), and drift per image and target. The 429s are told by the runs' registry clients
+(`count_retry_status`, the observer the runner gives each run), not read from a global. The alert rules and
+the dashboard over these names are in deploy/monitoring/ (tests/test_monitoring.py checks that they use only
+names rendered here)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -16,6 +20,10 @@ from mirror.engine.outcomes import Drift
 from mirror.report import ReleaseResult
 
 RESULTS = ("succeeded", "failed")
+STORE_READ_SECONDS = 10.0  # /metrics, open to anyone, reads the job store at most this often
+STORE_READ_DEADLINE = 5.0  # a scrape waits this long for the job store, then shows the last reading
+
+log = logging.getLogger("mirror.service")
 
 
 class Metrics:
@@ -72,6 +80,11 @@ class Metrics:
     def _start(self, now: float) -> None:
         """Every result and outcome exists from the start at 0, so that the first failure after a restart is an
         increase (a series born at 1 is not one to `increase()`), and a budget never read is not "0 left"."""
+        self.store_success = Gauge(
+            "mirror_store_last_successful_job_timestamp_seconds",
+            "when the newest succeeded job in the job store (shared by every replica) finished (0: none)",
+            registry=self.registry,
+        )
         for result in RESULTS:
             self.syncs.labels(result)
         for outcome in BlobOutcome:
@@ -114,3 +127,29 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class StoreSuccess:
+    """`mirror_store_last_successful_job_timestamp_seconds`, read from the job store when /metrics is scraped:
+    every replica tells the deployment's newest success, so a replica that restarted (or never ran a job) does
+    not pull the alert's `max` back to its own start. Read at most every STORE_READ_SECONDS (scrapes in between
+    are told the last reading) and within STORE_READ_DEADLINE; a store that cannot be read leaves the last
+    reading, so the time since it goes on growing."""
+
+    def __init__(self, metrics: Metrics, newest: Callable[[], Awaitable[float | None]]) -> None:
+        self.gauge = metrics.store_success
+        self.newest = newest
+        self.read_at: float | None = None  # time.monotonic() of the last attempt
+        self.reading = asyncio.Lock()
+
+    async def refresh(self) -> None:
+        async with self.reading:
+            if self.read_at is not None and time.monotonic() - self.read_at < STORE_READ_SECONDS:
+                return
+            self.read_at = time.monotonic()
+            try:
+                newest = await asyncio.wait_for(self.newest(), STORE_READ_DEADLINE)
+            except Exception as exc:  # the database is away: the last reading stays
+                log.warning("metrics: could not read the last success from the job store: %s", type(exc).__name__)
+                return
+            self.gauge.set(newest if newest is not None else 0)

@@ -14,7 +14,8 @@ accept that cookie as well as the bearer header.
   cookie from the browser; a copy taken from it stays valid until its expiry, as a stateless cookie must.
 - HttpOnly: no script reads it (the page has none, and a bug that let one in should not find the session).
   Secure when the request came over https (uvicorn believes `X-Forwarded-Proto` from a proxy on loopback), so
-  a TLS-terminating proxy in front gets a cookie that never travels in clear.
+  a TLS-terminating proxy in front gets a cookie that never travels in clear; behind an ingress elsewhere,
+  `service.secure_cookie: always` marks it Secure whatever the request's scheme looks like.
 - SameSite=Strict: the cookie is sent only with requests that start on this site. Nothing the cookie
   authorises changes anything (the page and the job API's routes that take it are GETs that read), so a
   cross-site request has nothing to forge, and Strict makes sure it is not even authenticated; the login is a
@@ -146,7 +147,7 @@ async def login(request: Request) -> Response:
         new_session(token, time.time()),
         max_age=SESSION_SECONDS,
         path="/",
-        secure=request.url.scheme == "https",
+        secure=secure_cookie(request),
         httponly=True,
         samesite="strict",
     )
@@ -155,8 +156,15 @@ async def login(request: Request) -> Response:
 
 async def logout(request: Request) -> Response:
     answer = RedirectResponse("/login", status_code=303, headers=HEADERS)
-    answer.delete_cookie(COOKIE, path="/", secure=request.url.scheme == "https", httponly=True, samesite="strict")
+    answer.delete_cookie(COOKIE, path="/", secure=secure_cookie(request), httponly=True, samesite="strict")
     return answer
+
+
+def secure_cookie(request: Request) -> bool:
+    """Whether the session cookie is marked Secure (`service.secure_cookie`): always, never, or (auto) when
+    the request came over https as uvicorn sees it, which believes X-Forwarded-Proto only from loopback."""
+    setting = request.app.state.settings.service.secure_cookie
+    return setting == "always" or (setting == "auto" and request.url.scheme == "https")
 
 
 async def status_page(request: Request) -> Response:

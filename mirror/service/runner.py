@@ -24,7 +24,7 @@ from mirror.progress import Progress
 from mirror.report import ReleaseResult
 from mirror.service.logs import current_job
 from mirror.service.metrics import Metrics
-from mirror.service.store import FAILED, MAX_ERROR_CHARS, SUCCEEDED, JobStore, new_owner_id
+from mirror.service.store import FAILED, MAX_ERROR_CHARS, QUEUED, SUCCEEDED, JobStore, new_owner_id
 from mirror.settings import MirrorSettings
 from mirror.untrusted import clip
 
@@ -185,8 +185,11 @@ class JobRunner:
     async def _give_back(self, job_id: str) -> None:
         """An unfinished job back to the queue for another replica, without using up an attempt."""
         try:
-            if await self.store.release(job_id, self.owner):
+            left = await self.store.release(job_id, self.owner)
+            if left == QUEUED:
                 log.warning("job %s given back to the queue unfinished: this replica is shutting down", job_id)
+            elif left == FAILED:
+                log.warning("job %s ended unfinished: this replica is shutting down, its follow-up job runs", job_id)
         except Exception as exc:  # the database is away: the lease runs out and another replica takes it
             log.error("could not give job %s back (%s); it runs again when its lease expires", job_id, clip(str(exc)))
 

@@ -1,5 +1,5 @@
 """The schedule: APScheduler queues a discovery job on the configured cron expression. Coalesced, at most
-one instance, and the queue itself refuses a second discovery while one is queued or running."""
+one instance, and the queue itself refuses a second discovery while one is queued (one follow-up while one runs)."""
 
 from __future__ import annotations
 

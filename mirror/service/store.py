@@ -5,8 +5,14 @@ before the webhook is answered, claimed atomically (`FOR UPDATE SKIP LOCKED`; a 
 elsewhere), and held under a lease that its runner renews. A job whose lease expired (its replica died), or
 that an older mirror without leases left running, is claimed again by whoever looks next; a live replica's
 job is never taken, and a job whose lease ran out `max_attempts` times (it kills its replica each time) is
-failed by the claim that finds it, in the same transaction, instead of being run again. At most one queued
-or running job per release is enforced by a partial unique index, not by a read-then-write.
+failed by the claim that finds it, in the same transaction, instead of being run again.
+
+Per release, at most one job is queued and at most one running, each enforced by a partial unique index, not by
+a read-then-write. A webhook for a release joins its queued job; while its job runs, it queues the one follow-up
+job (Docker Hub sends a push per image, minutes apart: the running job may have looked before the later images
+existed), which is claimed only once the running one has ended. A delivery id answers its job for good, unless
+that job failed: GitHub's "Redeliver" sends the same id again, the way to recover, so it queues a new job. The
+webhooks' new jobs are bounded (`max_queued`): past it, nothing is queued.
 
 Time comes from one clock, read once per transaction: the one given (the tests move a fake one), else
 PostgreSQL's own (`clock_timestamp()`), so replicas with skewed clocks agree on when a lease ends; SQLite
@@ -19,6 +25,7 @@ reaches `enqueue`, and a job's error is cut to `MAX_ERROR_CHARS` here, at write,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
 import os
@@ -59,6 +66,7 @@ from mirror.untrusted import clip
 T = TypeVar("T")
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 ACTIVE = (QUEUED, RUNNING)
+ANSWERING = (QUEUED, RUNNING, SUCCEEDED)  # a delivery's job still answers it; a failed one is redelivered
 STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED)
 KINDS = ("ci", "dockerhub", "schedule")
 DISCOVERY = "discover"  # the release key of a discovery job
@@ -88,21 +96,54 @@ jobs = Table(
     Column("result", Text),  # JSON: the releases' reports
     Column("error", Text),
 )
-# Every delivery a job answers: the one that created it, and those merged into it while it was active, so a
-# resent delivery finds its job even after that job finished.
+# Every delivery a job answers: the one that created it, and those merged into it while it was queued (or that a
+# recent success answered), so a resent delivery finds its job after that job finished; one whose job failed is
+# moved to the job it queues when it is sent again.
 deliveries = Table(
     "deliveries",
     metadata,
     Column("delivery", String(200), primary_key=True),
     Column("job_id", String(32), nullable=False),
 )
-_active = jobs.c.state.in_(ACTIVE)
-Index("jobs_one_active_per_release", jobs.c.release_key, unique=True, sqlite_where=_active, postgresql_where=_active)
+_queued, _running = jobs.c.state == QUEUED, jobs.c.state == RUNNING
+Index("jobs_one_queued_per_release", jobs.c.release_key, unique=True, sqlite_where=_queued, postgresql_where=_queued)
+Index("jobs_one_running_per_release", jobs.c.release_key, unique=True, sqlite_where=_running, postgresql_where=_running)
 Index("jobs_newest_first", jobs.c.created_at, jobs.c.id)  # the job list's order and its cursor
+Index("jobs_finished_by_state", jobs.c.state, jobs.c.finished_at)  # the newest success, one index look-up
+# Indexes of older versions, dropped on upgrade: "one queued or running job per release" merged a webhook into
+# the running job, which had already looked at the images the webhook announced
+RETIRED_INDEXES = ("jobs_one_active_per_release",)
 
 
 class UnknownJob(LookupError):
     """A job id (the job list's cursor) that names no job."""
+
+
+class QueueFull(Exception):
+    """A new job was asked for while the most jobs allowed were queued: nothing was queued."""
+
+    def __init__(self, queued: int, limit: int) -> None:
+        super().__init__(f"{queued} jobs are queued, the most allowed (service.max_queued_jobs is {limit})")
+        self.queued, self.limit = queued, limit
+
+
+class _Raced(Exception):
+    """Another replica's job took the delivery between our look and our write: the attempt is rolled back."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ask:
+    """What `enqueue` was asked for."""
+
+    kind: str
+    versions: list[str] | None
+    delivery: str | None
+    done_within: float
+    max_queued: int | None
+
+    @property
+    def key(self) -> str:
+        return release_key(self.versions)
 
 
 def release_key(versions: list[str] | None) -> str:
@@ -150,39 +191,38 @@ class JobStore:
         return await asyncio.to_thread(in_transaction)
 
     async def enqueue(
-        self, kind: str, versions: list[str] | None, delivery: str | None, done_within: float = 0.0
+        self,
+        kind: str,
+        versions: list[str] | None,
+        delivery: str | None,
+        done_within: float = 0.0,
+        max_queued: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """The new job, or the one already there for this delivery or this release; and whether it is new.
+        A delivery answers its job unless that job failed (GitHub's redelivery keeps the id): then it is taken
+        as new. The release's queued job takes the delivery; its running job does not (one follow-up is queued).
         The database's unique constraints decide, so two replicas taking the same delivery make one job.
-        With `done_within`, a release whose job succeeded less than that many seconds ago is answered by that
-        job (a replayed webhook queues nothing)."""
+        With `done_within`, a release whose job succeeded less than that many seconds ago, and none running, is
+        answered by that job (a replayed webhook queues nothing). With `max_queued`, a new job is refused with
+        QueueFull while that many jobs are queued."""
         if delivery is not None and len(delivery) > MAX_DELIVERY_CHARS:
             raise ValueError(f"delivery id of {len(delivery)} characters: at most {MAX_DELIVERY_CHARS}")
-        key = release_key(versions)
-        if done_within > 0:
-            done = await self._run(
-                lambda db: _recently_done(db, delivery, key, self._now(db) - done_within, self.postgres)
-            )
-            if done is not None:
-                return _row(done), False
+        ask = _Ask(kind, versions, delivery, done_within, max_queued)
         for _ in range(ENQUEUE_ATTEMPTS):
-            job = {
-                "id": uuid.uuid4().hex,
-                "kind": kind,
-                "versions": json.dumps(versions) if versions is not None else None,
-                "release_key": key,
-                "delivery": delivery,
-                "state": QUEUED,
-                "attempts": 0,
-            }
             try:
-                return _row(await self._run(self._inserter(job))), True
-            except IntegrityError:
-                existing = await self._run(lambda db: _existing(db, delivery, key, self.postgres))
-                if existing is not None:
-                    return _row(existing), False
-                # the active job of this release finished between our insert and our look: insert again
-        raise RuntimeError(f"could not queue a job for {key} after {ENQUEUE_ATTEMPTS} attempts")
+                row, created = await self._run(lambda db: _enqueue_once(db, ask, self._now(db)))
+            except (IntegrityError, _Raced):
+                continue  # another replica queued this release or took this delivery meanwhile: look again
+            return _row(row), created
+        raise RuntimeError(f"could not queue a job for {ask.key} after {ENQUEUE_ATTEMPTS} attempts")
+
+    async def last_success(self) -> float | None:
+        """When the newest succeeded job finished (None: none has): one index look-up, whatever the table's size.
+        Every replica reads the same answer, so a replica that restarted still knows it."""
+        succeeded = (jobs.c.state == SUCCEEDED) & jobs.c.finished_at.is_not(None)
+        newest = select(jobs.c.finished_at).where(succeeded).order_by(jobs.c.finished_at.desc()).limit(1)
+        found = await self._run(lambda db: db.execute(newest).scalar())
+        return float(found) if found is not None else None
 
     async def get(self, job_id: str) -> dict[str, Any] | None:
         row = await self._run(lambda db: db.execute(select(jobs).where(jobs.c.id == job_id)).first())
@@ -292,11 +332,32 @@ class JobStore:
         }
         return await self._update_held(job_id, owner, values, finished=True)
 
-    async def release(self, job_id: str, owner: str) -> bool:
+    async def release(self, job_id: str, owner: str) -> str | None:
         """Give an unfinished job back to the queue (a replica shutting down), for another replica to take;
-        its claim is given back too, so shutdowns never count towards `max_attempts`."""
-        values = {"state": QUEUED, "owner": None, "lease_expires_at": None, "attempts": jobs.c.attempts - 1}
-        return await self._update_held(job_id, owner, values)
+        its claim is given back too, so shutdowns never count towards `max_attempts`. Where a follow-up job of
+        its release is queued, that one runs the release in its place and this one ends failed, saying so.
+        The state it was left in; None (nothing written) when `owner` does not hold it."""
+
+        def work(db: Connection) -> str | None:
+            held = db.execute(select(jobs.c.release_key).where(_held(job_id, owner))).first()
+            if held is None:
+                return None
+            follow_up = db.execute(select(jobs.c.id).where(jobs.c.release_key == held.release_key, _queued)).first()
+            values: dict[str, Any]
+            if follow_up is None:
+                values = {"state": QUEUED, "owner": None, "lease_expires_at": None, "attempts": jobs.c.attempts - 1}
+            else:
+                error = f"cut short by a replica shutting down; job {follow_up.id}, queued after it, runs its release"
+                values = {"state": FAILED, "finished_at": self._now(db), "error": error}
+            released = db.execute(update(jobs).where(_held(job_id, owner)).values(**values))
+            return str(values["state"]) if released.rowcount else None
+
+        for _ in range(ENQUEUE_ATTEMPTS):
+            try:
+                return await self._run(work)
+            except IntegrityError:  # a follow-up was queued between the look and the write: look again
+                continue
+        raise RuntimeError(f"could not give job {job_id} back after {ENQUEUE_ATTEMPTS} attempts")
 
     async def _update_held(self, job_id: str, owner: str, values: dict[str, Any], finished: bool = False) -> bool:
         """Write to a running job only while `owner` holds its lease; False when it does not."""
@@ -307,15 +368,6 @@ class JobStore:
             return bool(db.execute(statement).rowcount)
 
         return await self._run(work)
-
-    def _inserter(self, job: dict[str, Any]) -> Callable[[Connection], Any]:
-        def work(db: Connection) -> Any:
-            row = db.execute(insert(jobs).values(**job, created_at=self._now(db)).returning(jobs)).one()
-            if job["delivery"] is not None:
-                db.execute(insert(deliveries).values(delivery=job["delivery"], job_id=job["id"]))
-            return row
-
-        return work
 
     async def writable(self) -> bool:
         try:
@@ -345,7 +397,10 @@ def _lease_ran_out(now: float) -> ColumnElement[bool]:
 
 
 def _claimable(now: float) -> ColumnElement[bool]:
-    return or_(jobs.c.state == QUEUED, _lease_ran_out(now))
+    """Queued, and no job of its release running (a follow-up waits for it); or running with its lease over."""
+    others = jobs.alias("others")
+    release_running = select(others.c.id).where(others.c.release_key == jobs.c.release_key, others.c.state == RUNNING)
+    return or_(and_(_queued, ~release_running.exists()), _lease_ran_out(now))
 
 
 def gave_up_error(attempts: int, owner: str | None, lease_expires_at: float | None) -> str:
@@ -369,38 +424,74 @@ def _give_up(db: Connection, candidate: Any, now: float) -> Any:
     return db.execute(failed.returning(jobs)).first()
 
 
-def _existing(db: Connection, delivery: str | None, key: str, postgres: bool) -> Any:
-    """The job that already answers this delivery, else the release's active job (which then answers the
-    delivery too)."""
-    if delivery is not None:
-        seen = _job_of_delivery(db, delivery)
-        if seen is not None:
-            return seen
-    active = db.execute(select(jobs).where(jobs.c.release_key == key, _active)).first()
-    if active is not None and delivery is not None:
-        return _answered_by(db, active, delivery, postgres)
-    return active
+def _enqueue_once(db: Connection, ask: _Ask, now: float) -> tuple[Any, bool]:
+    """One attempt at `enqueue`, in one transaction: the job that answers, and whether it is new."""
+    stale = None
+    if ask.delivery is not None:
+        seen = _job_of_delivery(db, ask.delivery)
+        if seen is not None and seen.state in ANSWERING:
+            return seen, False
+        stale = seen  # its job failed: the delivery asks again
+    taken = _taking_job(db, ask.key, now - ask.done_within if ask.done_within > 0 else None)
+    if taken is not None:
+        return (_point(db, ask.delivery, taken.id, stale) if ask.delivery is not None else taken), False
+    if ask.max_queued is not None:
+        _check_room(db, ask.max_queued)
+    return _insert(db, ask, now, stale), True
 
 
-def _recently_done(db: Connection, delivery: str | None, key: str, since: float, postgres: bool) -> Any:
-    """The job that answers this delivery, or the release's job that succeeded `since` then (which
-    then answers the delivery too); None when the release has an active job, which `enqueue` merges into."""
-    if delivery is not None:
-        seen = _job_of_delivery(db, delivery)
-        if seen is not None:
-            return seen
-    if db.execute(select(jobs.c.id).where(jobs.c.release_key == key, _active)).first() is not None:
+def _taking_job(db: Connection, key: str, since: float | None) -> Any:
+    """The release's queued job; else, given `since` and no job of the release running, its job that
+    succeeded since then (a running job takes nothing: whatever was announced may postdate its look)."""
+    queued = db.execute(select(jobs).where(jobs.c.release_key == key, _queued)).first()
+    if queued is not None or since is None:
+        return queued
+    if db.execute(select(jobs.c.id).where(jobs.c.release_key == key, _running)).first() is not None:
         return None
     recent = (jobs.c.release_key == key) & (jobs.c.state == SUCCEEDED) & (jobs.c.finished_at >= since)
-    done = db.execute(select(jobs).where(recent).order_by(jobs.c.finished_at.desc()).limit(1)).first()
-    if done is not None and delivery is not None:
-        return _answered_by(db, done, delivery, postgres)
-    return done
+    return db.execute(select(jobs).where(recent).order_by(jobs.c.finished_at.desc()).limit(1)).first()
 
 
-def _answered_by(db: Connection, job: Any, delivery: str, postgres: bool) -> Any:
-    """Note that `job` answers `delivery`; the job that does (this one, or the one a racing replica noted)."""
-    note = (pg_insert if postgres else sqlite_insert)(deliveries).values(delivery=delivery, job_id=job.id)
+def _check_room(db: Connection, limit: int) -> None:
+    """QueueFull when `limit` jobs are queued. On PostgreSQL, replicas count and insert one at a time."""
+    if db.dialect.name == "postgresql":
+        db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": database.advisory_key(database.QUEUE_LOCK)})
+    queued = db.execute(select(func.count()).select_from(jobs).where(_queued)).scalar_one()
+    if queued >= limit:
+        raise QueueFull(queued, limit)
+
+
+def _insert(db: Connection, ask: _Ask, now: float, stale: Any) -> Any:
+    """A new queued job, answering the delivery (taken from `stale`, the failed job it answered, if any)."""
+    if stale is not None:  # the delivery column names the job that answers it, now this one
+        db.execute(update(jobs).where(jobs.c.delivery == ask.delivery, jobs.c.state == FAILED).values(delivery=None))
+    job = {
+        "id": uuid.uuid4().hex,
+        "kind": ask.kind,
+        "versions": json.dumps(ask.versions) if ask.versions is not None else None,
+        "release_key": ask.key,
+        "delivery": ask.delivery,
+        "state": QUEUED,
+        "attempts": 0,
+        "created_at": now,
+    }
+    row = db.execute(insert(jobs).values(**job).returning(jobs)).one()
+    if ask.delivery is not None:
+        answering = _point(db, ask.delivery, row.id, stale)
+        if answering is None or answering.id != row.id:
+            raise _Raced  # a racing replica's job took the delivery first: ours is rolled back
+    return row
+
+
+def _point(db: Connection, delivery: str, job_id: str, stale: Any) -> Any:
+    """Note that job `job_id` answers `delivery`, moved from `stale` (its failed job) if there was one; the
+    job that now answers it (this one, or the one a racing replica noted)."""
+    if stale is not None:
+        moved = update(deliveries).where(deliveries.c.delivery == delivery, deliveries.c.job_id == stale.id)
+        if db.execute(moved.values(job_id=job_id)).rowcount:
+            return _job_of_delivery(db, delivery)
+    postgres = db.dialect.name == "postgresql"
+    note = (pg_insert if postgres else sqlite_insert)(deliveries).values(delivery=delivery, job_id=job_id)
     db.execute(note.on_conflict_do_nothing())
     return _job_of_delivery(db, delivery)
 
@@ -433,6 +524,8 @@ def _create_or_upgrade(engine: Engine) -> None:
                     db.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {ddl}"))
             if "release_key" not in present:
                 db.execute(update(jobs).values(release_key=func.coalesce(jobs.c.versions, DISCOVERY)))
+        for retired in RETIRED_INDEXES:
+            db.execute(text(f"DROP INDEX IF EXISTS {retired}"))
         metadata.create_all(db)
         for index in jobs.indexes:  # create_all skips the indexes of a table that was already there
             index.create(db, checkfirst=True)

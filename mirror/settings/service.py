@@ -95,7 +95,7 @@ class WebhookSettings(Section):
 
 
 class ServiceSettings(Section):
-    """`mirror serve`: who may read the job API, and how jobs are leased among replicas."""
+    """`mirror serve`: who may read the job API, how jobs are leased among replicas, how many may wait."""
 
     api_token: SecretStr | None = None  # bearer token for /jobs; without one the job API answers 401
     api_token_file: Path | None = None
@@ -110,6 +110,12 @@ class ServiceSettings(Section):
     body_seconds: float = Field(default=30.0, gt=0, le=600.0)
     keepalive_seconds: float = Field(default=5.0, gt=0, le=300.0)
     max_connections: int = Field(default=100, ge=1, le=10000)
+    # the most jobs the webhooks leave queued: past it a webhook is answered 503 and queues nothing, so whoever
+    # holds the Docker Hub token cannot queue every version the filter allows (each failing, each notified)
+    max_queued_jobs: int = Field(default=20, ge=1, le=10000)
+    # the status page's session cookie is Secure: when the request came over https (auto: uvicorn believes a
+    # proxy's X-Forwarded-Proto only from loopback), always (behind an ingress that terminates TLS), or never
+    secure_cookie: Literal["auto", "always", "never"] = "auto"
 
     _strong = strong_secrets("api_token")
     _one_token = inline_or_file("service api token", "api_token")
