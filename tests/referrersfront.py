@@ -90,7 +90,9 @@ class ReferrersFront:
         )
         # a HEAD's Content-Length is the manifest's size: kept as the registry sent it
         headers = {k: v for k, v in real.headers.items() if k.lower() not in ("transfer-encoding", "content-encoding")}
-        return httpx.Response(real.status_code, headers=headers, content=real.content)
+        # an answer not yet read, as one off the wire (blob bytes are read raw, and httpx reads a Response made
+        # with content= as it is made)
+        return httpx.Response(real.status_code, headers=headers, stream=httpx.ByteStream(real.content))
 
     def _listing(self, repository: str, digest: str, page: int) -> httpx.Response:
         entries = stored_referrers(self.registry, repository, digest) + [

@@ -185,7 +185,9 @@ async def test_authorization_follows_same_host_redirects_only() -> None:
             return httpx.Response(307, headers={"Location": "/v2/ns/r/blobs/moved"})
         if request.url.path.endswith("/moved"):
             return httpx.Response(307, headers={"Location": "https://cdn.test/data?sig=1"})
-        return httpx.Response(200, content=b"abc")
+        # an answer not yet read, as one off the wire: blob bytes are read raw, and httpx reads (and decodes)
+        # a Response made with content= as it is made
+        return httpx.Response(200, stream=httpx.ByteStream(b"abc"))
 
     async def credentials(service: str | None) -> Credentials:
         return Credentials("user", "pw")

@@ -20,11 +20,17 @@ from mirror.engine.upload import (
     upload_whole,
 )
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient
+from mirror.registry import RegistryClient, UploadSession
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy, retry_step
+from mirror.registry.uploads import CANCEL_TIMEOUT
 
 log = logging.getLogger("mirror")
+
+# A transfer cancelled (the run abandoned at shutdown) lets the registry drop its session, waiting this long at
+# most for the DELETE's answer: the run is already past its grace period. The request itself runs on to its
+# answer unwatched (registry/cancelsafe.py) until the client closes.
+CANCELLED_SESSION_TIMEOUT = 2.0
 
 
 class BlobOutcome(enum.StrEnum):
@@ -125,8 +131,8 @@ class TargetBlobs:
         where = f"blob {blob.digest} to {self.client.where(repository)}"
         try:
             outcome = await retry_step(self.policy, transfer.attempt, is_transient, where)
-        except Exception:
-            await transfer.abandon()
+        except (Exception, asyncio.CancelledError) as exc:
+            await transfer.abandon(cancelled=isinstance(exc, asyncio.CancelledError))
             raise
         self.record(repository, blob.digest)
         return outcome
@@ -152,7 +158,7 @@ class _BlobTransfer:
                 return BlobOutcome.UPLOADED
             if self.chunked is not None:
                 await self.chunked.resume()
-                await self.chunked.send()
+                await self._send_chunked()
                 return BlobOutcome.UPLOADED
             return await self._in_new_session()
 
@@ -173,7 +179,7 @@ class _BlobTransfer:
         if blob.size >= self.blobs.chunked_threshold:
             self.chunked = ChunkedUpload(self.upload, self.blobs.upload_chunk_size, session)
             try:
-                await self.chunked.send()
+                await self._send_chunked()
                 return BlobOutcome.UPLOADED
             except ChunkedUploadUnsupported as exc:
                 log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
@@ -184,12 +190,34 @@ class _BlobTransfer:
                 session = fresh
         try:
             await upload_whole(self.upload, session)
-        except Exception:
-            await self.client.cancel_upload(repository, session)  # the next attempt starts a new one
+        except (Exception, asyncio.CancelledError) as exc:
+            # the next attempt starts a new one
+            await self._cancel(session, cancelled=isinstance(exc, asyncio.CancelledError))
             raise
         return BlobOutcome.UPLOADED
 
-    async def abandon(self) -> None:
-        """Given up: let the registry drop what a chunked session holds."""
+    async def _send_chunked(self) -> None:
+        """The chunked upload's send. Bytes that fail their check leave nothing to resume: what the session holds
+        came from the same reads, and so did its checkpoints' hashes. The session is cancelled and the next
+        attempt starts a new one from the first byte, with a fresh hash."""
+        assert self.chunked is not None
+        try:
+            await self.chunked.send()
+        except IntegrityError as exc:
+            log.info(
+                "cancelling the upload session of %s, its bytes not to be trusted: %s", self.upload.blob.digest, exc
+            )
+            session, self.chunked = self.chunked.session, None
+            await self.client.cancel_upload(self.repository, session)
+            raise
+
+    async def abandon(self, cancelled: bool = False) -> None:
+        """Given up, or cancelled: let the registry drop what a chunked session holds."""
         if self.chunked is not None:
-            await self.client.cancel_upload(self.repository, self.chunked.session)
+            await self._cancel(self.chunked.session, cancelled)
+
+    async def _cancel(self, session: UploadSession, cancelled: bool) -> None:
+        """DELETE a session given up on. A transfer that was cancelled waits for it only briefly, then its
+        CancelledError goes on (the DELETE is cancelled with it only if the task is cancelled again)."""
+        within = CANCELLED_SESSION_TIMEOUT if cancelled else CANCEL_TIMEOUT
+        await self.client.cancel_upload(self.repository, session, within)

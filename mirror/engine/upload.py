@@ -15,6 +15,7 @@ from mirror.oci import Descriptor
 from mirror.registry import BlobBody, RegistryClient, RegistryError, RegistryUnreachable, UploadSession
 from mirror.registry.auth import AuthError
 from mirror.registry.errors import IntegrityError
+from mirror.registry.uploads import UPLOAD_STEPS
 
 log = logging.getLogger("mirror")
 _NO_CHUNKS = frozenset({405, 501})
@@ -51,13 +52,16 @@ class BlobUpload:
 def is_transient(exc: BaseException) -> bool:
     """Worth another try: what its kind says may pass (the network, a registry's passing trouble, bytes that
     came wrong from the source), and, for an upload, a refused token under a streamed body or a session that
-    is gone or out of step."""
+    is gone or out of step. A 416 is the target's upload session out of step only when an upload step got it:
+    from the source's blob GET it says the Range asked for is past the blob's end, and would say it again."""
     if isinstance(exc, AuthError) or not isinstance(exc, MirrorError):
         return False
     if exc.transient:
         return True
     return isinstance(exc, RegistryError) and (
-        exc.status in (401, 416) or exc.code in {"BLOB_UPLOAD_UNKNOWN", "BLOB_UPLOAD_INVALID"}
+        exc.status == 401
+        or (exc.status == 416 and exc.action in UPLOAD_STEPS)
+        or exc.code in {"BLOB_UPLOAD_UNKNOWN", "BLOB_UPLOAD_INVALID"}
     )
 
 
@@ -77,13 +81,20 @@ class ChunkedUpload:
     """PATCH the blob in chunks. It keeps what the registry confirmed across attempts of the one retry loop
     (`retry_step`): the next attempt calls `resume` (ask the session how much arrived, or start a new
     session when it is gone) and sends from there, re-reading the source from the nearest confirmed offset
-    (with a Range request where it can)."""
+    (with a Range request where it can). A session that holds every byte, the whole blob's digest checked as
+    its last chunk went, only needs its closing PUT: the source is not read again.
+
+    The checkpoints' hashes come from the same reads as the bytes sent, so they vouch for nothing: a byte that
+    came wrong from the source in an early chunk shows only at the last chunk's check. An IntegrityError
+    therefore leaves no part of the session to resume: whoever retries starts a new session from the first
+    byte (`_BlobTransfer` in blobs.py)."""
 
     upload: BlobUpload
     chunk_size: int
     session: UploadSession  # the latest confirmed session URL
     offset: int = 0  # bytes the registry confirmed
     marks: list[tuple[int, Hasher]] = field(default_factory=lambda: [(0, new_hasher())])
+    checked: bool = False  # the whole blob hashed to its digest as its last byte went
 
     async def send(self) -> None:
         """Send from the confirmed offset to the end and complete the upload."""
@@ -104,7 +115,7 @@ class ChunkedUpload:
             log.info("upload session gone; starting a new one for %s", self.upload.blob.digest)
             fresh = await target.start_upload(repository)
             assert fresh is not None
-            self.session, self.offset, self.marks = fresh, 0, [(0, new_hasher())]
+            self.session, self.offset, self.marks, self.checked = fresh, 0, [(0, new_hasher())], False
         else:
             self.session, self.offset = status
             log.info("resuming the upload of %s at %d bytes", self.upload.blob.digest, self.offset)
@@ -119,13 +130,18 @@ class ChunkedUpload:
     async def _send_from(self) -> None:
         """Send from the confirmed offset to the end; `self.session` follows each confirmed chunk."""
         blob, origin = self.upload.blob, self.upload.origin
-        mark, hasher = max((m for m in self.marks if m[0] <= self.offset), key=lambda m: m[0])
+        if self.offset == blob.size and self.checked:
+            return  # every byte is in the session, and they hashed to the digest: only the closing PUT is left
+        self.checked = False  # until the bytes read this time check out
+        mark, hasher = self._checkpoint()
         hasher = hasher.copy()
         async with origin.open(blob, start=mark) as body:
             reader = ExactReader(body.chunks)
             await reader.discard(mark - body.start)  # the source ignored Range: skip what it resent
             async for piece in reader.take(self.offset - mark):  # bytes the registry has: hash, do not send
                 hasher.update(piece)
+            if self.offset == blob.size:  # a session full of bytes whose check this upload never saw
+                await self._check_whole(reader, hasher)
             while self.offset < blob.size:
                 size = min(self.chunk_size, blob.size - self.offset)
                 pieces = self._pieces(reader, size, hasher, last=self.offset + size == blob.size)
@@ -145,6 +161,21 @@ class ChunkedUpload:
                 if self.upload.on_bytes:
                     self.upload.on_bytes(size)
 
+    def _checkpoint(self) -> tuple[int, Hasher]:
+        """The confirmed offset to read the source from, at or before `self.offset`, and the hash up to it. Never
+        the blob's end: a blob's source has no bytes from there (a 416 for its Range), and the check of the
+        whole digest needs some of them."""
+        end = self.upload.blob.size
+        usable = [m for m in self.marks if m[0] <= self.offset and (m[0] < end or m[0] == 0)]
+        return max(usable, key=lambda m: m[0])
+
+    async def _check_whole(self, reader: ExactReader, hasher: Hasher) -> None:
+        """The source said no more than the blob, and all of it hashed to the blob's digest."""
+        if not await reader.at_end():
+            raise IntegrityError(f"blob {self.upload.blob.digest}: source sent more than it declares")
+        check_digest(self.upload.blob, self.upload.blob.size, hasher)
+        self.checked = True
+
     async def _pieces(self, reader: ExactReader, size: int, hasher: Hasher, last: bool) -> AsyncIterator[bytes]:
         """One chunk's bytes, hashed; the last chunk's final piece is held back until the digest checks out."""
         held: bytes | None = None
@@ -154,8 +185,6 @@ class ChunkedUpload:
                 yield held
             held = piece
         if last:
-            if not await reader.at_end():
-                raise IntegrityError(f"blob {self.upload.blob.digest}: source sent more than it declares")
-            check_digest(self.upload.blob, self.upload.blob.size, hasher)
+            await self._check_whole(reader, hasher)
         if held is not None:
             yield held

@@ -34,22 +34,29 @@ def released(response: httpx.Response) -> httpx.Response:
 _RELEASED = httpx.ByteStream(b"")
 
 
-async def read_limited(response: httpx.Response, limit: int, *, truncate: bool = False, keep: bool = False) -> bytes:
+async def read_limited(
+    response: httpx.Response, limit: int, *, truncate: bool = False, keep: bool = False, raw: bool = False
+) -> bytes:
     """The body, at most `limit` bytes as decoded (an answer already in memory is measured, not read again).
     Over the limit, declared or as it arrives: BodyTooLarge; with `truncate`, the first `limit` bytes (an
     error body, which is only shown). With `keep`, the body stays readable in the response: httpx reads an
     auth flow's answers again once the flow moves on, so it is read by httpx itself. Either way it is decoded
     here, as it arrives, never past the limit: httpx would decode a whole coded body before it could be
-    measured, and a few hundred KB of gzip can stand for gigabytes."""
+    measured, and a few hundred KB of gzip can stand for gigabytes.
+
+    With `raw`, the bytes as they came, whatever Content-Encoding the answer names: a blob, whose digest is
+    over its stored bytes, read from an unread answer (a storage host that labels a stored .tar.gz
+    `Content-Encoding: gzip` would otherwise have it unpacked)."""
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > limit and not truncate:
         raise BodyTooLarge(limit, int(declared))
     if not response.is_stream_consumed and isinstance(response.stream, httpx.AsyncByteStream):
-        response.stream = _WireLimit(response.stream, limit, truncate, _decoder_for(response, truncate))
+        decoder = None if raw else _decoder_for(response, truncate)
+        response.stream = _WireLimit(response.stream, limit, truncate, decoder)
         if keep:
             await response.aread()
     body = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.aiter_raw() if raw else response.aiter_bytes():
         body += chunk
         if len(body) > limit:
             if truncate:

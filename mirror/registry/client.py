@@ -231,7 +231,9 @@ class RegistryClient(BlobUploads):
         """A blob GET's answer, redirects followed (Docker Hub answers blob GETs with a CDN redirect), from
         `start` on where the server honours Range."""
         where = self.where(repository, digest)
-        # identity: the bytes must hash to the digest as they arrive, with no transport compression
+        # identity: the bytes must hash to the digest as they arrive, with no transport compression. An answer
+        # that names a Content-Encoding all the same is read raw: a storage host labelling a stored .tar.gz
+        # `gzip` (its object metadata) sends the stored bytes, which httpx would unpack.
         headers = {"Accept-Encoding": "identity"}
         if start:
             headers["Range"] = f"bytes={start}-"
@@ -242,19 +244,19 @@ class RegistryClient(BlobUploads):
 
     @asynccontextmanager
     async def open_blob(self, repository: str, digest: str, start: int = 0) -> AsyncIterator[BlobBody]:
-        """Stream a blob's bytes. With `start`, ask for the rest from that offset; `BlobBody.start` says where
-        the bytes really begin (0 when the server ignored the Range header)."""
+        """Stream a blob's bytes, as stored (never decoded). With `start`, ask for the rest from that offset;
+        `BlobBody.start` says where the bytes really begin (0 when the server ignored the Range header)."""
         async with self._blob_response(repository, digest, start) as response:
             served_from = start if start and response.status_code == 206 else 0
-            yield BlobBody(regrouped(response.aiter_bytes(), self.chunk_size), served_from)
+            yield BlobBody(regrouped(response.aiter_raw(), self.chunk_size), served_from)
 
     async def read_blob(self, repository: str, descriptor: Descriptor) -> bytes:
-        """A small blob's bytes (a chart, a config), read up to its descriptor's size and checked against its
-        digest."""
+        """A small blob's bytes (a chart, a config), as stored (never decoded), read up to its descriptor's size
+        and checked against its digest."""
         where = self.where(repository, descriptor.digest)
         async with self._blob_response(repository, descriptor.digest) as response:
             try:
-                data = await read_limited(response, descriptor.size)
+                data = await read_limited(response, descriptor.size, raw=True)
             except BodyTooLarge:
                 raise IntegrityError(f"{where}: more than the {descriptor.size} bytes its descriptor says") from None
         if len(data) != descriptor.size or sha256_digest(data) != descriptor.digest:
@@ -266,7 +268,9 @@ class RegistryClient(BlobUploads):
     ) -> tuple[bytes, httpx.Response]:
         """GET a small document (a manifest, a tag page, a referrers list), refusing a body over `limit` bytes;
         returns the body and the last hop's response (its headers: the content type, the digest, the next-page
-        link)."""
+        link). Unlike a blob's, its answer is decoded: gzip and deflate are asked for, and a document is stored
+        as JSON, so a Content-Encoding on it is a coding over the stored bytes (a manifest's digest, checked
+        after, is over the decoded ones)."""
         async with self.redirects.stream(action, where, "GET", url, headers) as response:
             self._note_rate_limit(response)
             await raise_for_response(response, action, where)

@@ -68,5 +68,11 @@ async def raise_for_response(response: httpx.Response, action: str, where: str) 
     # Redirects to the registry API were followed (redirects.py): this one leads to a web site, e.g. docker.io
     # instead of registry-1.docker.io.
     if response.is_redirect:
-        message = f"redirected to {clip(response.headers.get('Location', '?'))}: not a registry API endpoint"
+        shown = clip(without_query(response.headers.get("Location", "?")))
+        message = f"redirected to {shown}: not a registry API endpoint"
     raise RegistryError(action, where, response.status_code, code, message)
+
+
+def without_query(location: str) -> str:
+    """A URL as it may be shown: without its query and fragment, where a pre-signed URL keeps its signature."""
+    return location.split("#", 1)[0].split("?", 1)[0]

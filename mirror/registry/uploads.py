@@ -20,6 +20,9 @@ from mirror.registry.host import RegistryHost
 from mirror.untrusted import clip
 
 CANCEL_TIMEOUT = 10.0
+# The actions of the requests on an upload session, as errors name them: a 416 from one of these is the
+# session out of step with what was sent (see engine/upload.py's is_transient).
+UPLOAD_STEPS = frozenset({"start upload", "upload blob", "upload chunk", "check upload"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +113,12 @@ class BlobUploads(RegistryHost):
         next_session = self._next_session(session, response, "check upload", where)
         return next_session, _range_end(response.headers.get("Range")) or 0
 
-    async def cancel_upload(self, repository: str, session: UploadSession) -> bool:
+    async def cancel_upload(self, repository: str, session: UploadSession, within: float = CANCEL_TIMEOUT) -> bool:
         """Abandon an upload session so the registry can drop what it holds (best effort: a registry may not
-        allow it, and the session may be gone already). True when the registry confirmed."""
+        allow it, and the session may be gone already), waiting `within` seconds at most. True when the
+        registry confirmed."""
         try:
-            async with asyncio.timeout(CANCEL_TIMEOUT):  # retries and waits for Retry-After included
+            async with asyncio.timeout(within):  # retries and waits for Retry-After included
                 response = released(await self.http.request("DELETE", session.url))
         except (httpx.HTTPError, TimeoutError):
             return False
@@ -125,10 +129,15 @@ class BlobUploads(RegistryHost):
         return self._session_at(location, response, action, where) if location else session
 
     def _session_at(self, location: str, response: httpx.Response, action: str, where: str) -> UploadSession:
-        """The session a Location names; refused when it would take an https registry's blob over plain HTTP."""
-        url = self.http.base_url.join(location)
+        """The session a Location names, relative to the URL of the request it answers (RFC 9110 10.2.2: a
+        session on an upload host names its next state on that host, and `u2?_state=1` is beside the request's
+        path, not at the host's root); refused when it would take an https registry's blob over plain HTTP."""
+        try:
+            url = response.request.url.join(location)
+        except httpx.InvalidURL:
+            raise RegistryError(action, where, response.status_code, "", "a Location that is no URL") from None
         if self.http.base_url.scheme == "https" and url.scheme != "https":
-            shown = clip(str(url.copy_with(query=None)))
+            shown = clip(str(url.copy_with(query=None, fragment=None)))
             message = (
                 f"the upload session is at {shown}, not https: refused, the blob would go in clear"
                 " (a proxy ending TLS without sending X-Forwarded-Proto: https?)"
