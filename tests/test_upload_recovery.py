@@ -29,6 +29,7 @@ from mirror.engine.stream import new_hasher
 from mirror.engine.upload import BlobUpload, ChunkedUpload, is_transient
 from mirror.oci import Descriptor
 from mirror.registry import BlobBody, RegistryClient, RegistryError
+from mirror.registry.auth import AuthError
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy
 from tests.faultproxy import Fault, FaultProxy, fault_proxy
@@ -252,5 +253,30 @@ async def test_a_cancelled_transfer_waits_for_the_delete_only_briefly(monkeypatc
     blobs.cancel_pending()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(ensured, 10)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 5  # the DELETE alone may take 10 s otherwise
     assert registry.seen[-1].startswith("DELETE /v2/ns/r/blobs/uploads/")
+
+
+@pytest.mark.parametrize("abandoned", [True, False], ids=["abandoned at shutdown", "cancelled"])
+async def test_a_clean_up_that_fails_never_takes_the_cancellations_place(
+    monkeypatch: pytest.MonkeyPatch, abandoned: bool
+) -> None:
+    """The DELETE's token refused (an AuthError from the auth flow): the shutdown still ends as a shutdown, not
+    as 'access denied' (which would exit 1, not 143)."""
+    registry = MemoryRegistry(hold={"PATCH"})
+    data, blob = layer(256 * 1024)
+    client = registry.client()
+
+    async def refused(*args: object, **kwargs: object) -> bool:
+        raise AuthError("registry.test", "ns/r", 401, "", "token server auth.test: refused")
+
+    monkeypatch.setattr(client, "cancel_upload", refused)
+    blobs = target_blobs(client, Shutdown())
+    ensured = asyncio.ensure_future(blobs.ensure("ns/r", blob, BytesOrigin(data)))
+    await asyncio.wait_for(registry.held.wait(), 10)
+    if abandoned:
+        blobs.shutdown.abandon()
+    else:
+        blobs.cancel_pending()
+    with pytest.raises(Interrupted if abandoned else asyncio.CancelledError):
+        await asyncio.wait_for(ensured, 10)

@@ -24,6 +24,7 @@ from mirror.registry import RegistryClient, UploadSession
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy, retry_step
 from mirror.registry.uploads import CANCEL_TIMEOUT
+from mirror.untrusted import clip
 
 log = logging.getLogger("mirror")
 
@@ -208,7 +209,7 @@ class _BlobTransfer:
                 "cancelling the upload session of %s, its bytes not to be trusted: %s", self.upload.blob.digest, exc
             )
             session, self.chunked = self.chunked.session, None
-            await self.client.cancel_upload(self.repository, session)
+            await self._cancel(session, cancelled=False)
             raise
 
     async def abandon(self, cancelled: bool = False) -> None:
@@ -220,4 +221,7 @@ class _BlobTransfer:
         """DELETE a session given up on. A transfer that was cancelled waits for it only briefly, then its
         CancelledError goes on (the DELETE is cancelled with it only if the task is cancelled again)."""
         within = CANCELLED_SESSION_TIMEOUT if cancelled else CANCEL_TIMEOUT
-        await self.client.cancel_upload(self.repository, session, within)
+        try:
+            await self.client.cancel_upload(self.repository, session, within)
+        except Exception as exc:  # clean-up: never in place of the failure, or the cancellation, that led here
+            log.info("could not cancel the upload session of %s: %s", self.upload.blob.digest, clip(str(exc)))

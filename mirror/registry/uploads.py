@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from mirror.errors import MirrorError
 from mirror.registry.body import released
 from mirror.registry.errors import RegistryError, raise_for_response
 from mirror.registry.host import RegistryHost
@@ -120,7 +121,7 @@ class BlobUploads(RegistryHost):
         try:
             async with asyncio.timeout(within):  # retries and waits for Retry-After included
                 response = released(await self.http.request("DELETE", session.url))
-        except (httpx.HTTPError, TimeoutError):
+        except (httpx.HTTPError, TimeoutError, MirrorError):  # a token the realm refused for the DELETE, too
             return False
         return response.status_code in (200, 202, 204)
 
