@@ -16,7 +16,8 @@ _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 _HOST = re.compile(r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?")
 # The userinfo of every URL in a text: `https://user:token@host/...`; a chart repository's credentials ride there
-_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
+# up to the last `@` of the URL: a login whose password holds `/` is cut whole (a path`@` with it, which is safe)
+_USERINFO = re.compile(r"(?<=://)\S*@")
 
 
 class ReferenceError(MirrorError, ValueError):

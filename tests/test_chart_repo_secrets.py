@@ -20,6 +20,7 @@ from mirror.demo.ports import free_port
 from mirror.demo.samplechart import ChartRepository, hami_chart
 from mirror.demo.serving import serve
 from mirror.engine.jobs import helm_repo_flags
+from mirror.reference import without_userinfo
 from mirror.registry.retry import RetryPolicy
 from mirror.settings import ConfigError, load_settings
 from tests.test_settings import config_file, with_changes
@@ -155,3 +156,17 @@ def test_the_printed_install_line_names_the_repository_without_its_password(repo
     assert helm_repo_flags(repository).startswith(flags)
     assert TOKEN not in helm_repo_flags(repository)
     assert ("--password '<password>'" in helm_repo_flags(repository)) == ("robot" in repository)
+
+
+@pytest.mark.parametrize("mark", ["/", "?", "#"])
+def test_a_login_whose_password_ends_the_host_part_is_refused_and_never_shown(tmp_path: Path, mark: str) -> None:
+    """`https://bob:s3cr/tTok@host/...` parses as host `bob:s3cr` and path `/tTok@host/...`: it would reach Helm
+    and every message with the password in it."""
+    password = f"s3cr{mark}tTok"
+    repository = f"https://bob:{password}@charts.example.com/hami"
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config_file(tmp_path, with_changes(chart={"repository": repository, "name": "hami"})))
+    assert "percent-encode" in str(refused.value)
+    assert "tTok" not in str(refused.value)
+    assert "tTok" not in without_userinfo(f"GET {repository}/index.yaml answered 401")
+    assert "tTok" not in helm_repo_flags(repository)

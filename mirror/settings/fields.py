@@ -11,6 +11,7 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, field_validator
 
@@ -60,6 +61,11 @@ def _chart_repository(value: str) -> str:
     named = shown(public)
     if not _CHART_REPOSITORY.fullmatch(value):
         raise ValueError(f"{named}: expected https://host/path (a Helm repository) or oci://host/path")
+    if "@" in value and "@" not in urlsplit(value).netloc:
+        raise ValueError(
+            f"{named}: an '@' after the host part (a login whose password holds '/', '?' or '#', which end the "
+            "host part?): percent-encode them in a login (%2F, %3F, %23), and an '@' in a path (%40)"
+        )
     if value.startswith("oci://") and public != value:
         raise ValueError(
             f"{named}: an oci:// chart is read with its registry's login: give the credentials under registries: "
