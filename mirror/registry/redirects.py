@@ -20,7 +20,7 @@ import httpx
 
 from mirror.registry.auth import RegistryAuth
 from mirror.registry.body import released
-from mirror.registry.errors import RegistryError, RegistryUnreachable
+from mirror.registry.errors import RegistryError, RegistryUnreachable, without_query
 
 MAX_REDIRECTS = 5
 
@@ -88,7 +88,7 @@ class Redirects:
                 await response.aclose()
                 released(response)
                 if hop == MAX_REDIRECTS:
-                    message = f"more than {MAX_REDIRECTS} redirects, the last to {following.copy_with(query=None)}"
+                    message = f"more than {MAX_REDIRECTS} redirects, the last to {without_query(str(following))}"
                     raise RegistryError(action, where, response.status_code, "", message)
                 target = following
             try:

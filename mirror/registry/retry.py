@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import httpx
 
+from mirror.registry.errors import without_query
+
 log = logging.getLogger("mirror")
 T = TypeVar("T")
 
@@ -92,7 +94,7 @@ def replayable(request: httpx.Request) -> bool:
 
 
 def _describe(request: httpx.Request) -> str:
-    return f"{request.method} {request.url.copy_with(query=None)}"
+    return f"{request.method} {without_query(str(request.url))}"
 
 
 class RetryTransport(httpx.AsyncBaseTransport):

@@ -16,7 +16,7 @@ import httpx
 
 from mirror.errors import MirrorError
 from mirror.registry.body import released
-from mirror.registry.errors import RegistryError, raise_for_response
+from mirror.registry.errors import RegistryError, raise_for_response, without_query
 from mirror.registry.host import RegistryHost
 from mirror.untrusted import clip
 
@@ -138,7 +138,7 @@ class BlobUploads(RegistryHost):
         except httpx.InvalidURL:
             raise RegistryError(action, where, response.status_code, "", "a Location that is no URL") from None
         if self.http.base_url.scheme == "https" and url.scheme != "https":
-            shown = clip(str(url.copy_with(query=None, fragment=None)))
+            shown = clip(without_query(str(url)))
             message = (
                 f"the upload session is at {shown}, not https: refused, the blob would go in clear"
                 " (a proxy ending TLS without sending X-Forwarded-Proto: https?)"
