@@ -85,3 +85,22 @@ def test_an_image_inside_a_list_is_named_with_the_way_to_set_it(
     code, report, err = sync_json(config, capsys, VERSION)
     assert code == 0, err
     assert report["values"][0]["proof"]["ok"] is True
+
+
+def test_an_image_inside_a_list_no_template_renders_is_a_warning_not_a_refusal(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """extraInitContainers is in the chart's defaults but no template renders it (a feature that is off): the
+    proof shows nodes would not pull it, so the values are written, naming it, rather than refused."""
+    seed_chart_images(source)
+    extra = {"sidecars": [], "devicePlugin": {"nvidiaDriverRoot": "/"}}
+    config = chart_config(tmp_path, source, target, {"repository": repository.url}, values={"extra": extra})
+    code, report, err = sync_json(config, capsys, VERSION)
+    assert code == 0, err
+    assert report["values"][0]["proof"]["ok"] is True
+    written = (tmp_path / "out" / "t0" / "hami-ack-values.yaml").read_text()
+    assert f"NOT MIRRORED: extraInitContainers[0].image would still pull {source.host}/prometheus/busybox" in written

@@ -84,7 +84,11 @@ async def deliver(
     outcomes = outcomes_at(job, result, target)
     pull_secret = result.pull_secret_for(target)
     values, proof = await _proven_values(settings, job, chart, target, outcomes, pull_secret)
-    problems = [_left_behind(block, chart.spec) for block in chart.unmirrored]
+    # an image inside a list that no template renders (its feature off) is named, not refused: the proof shows
+    # nodes would not pull it; one that renders fails the proof itself
+    unrendered = proof is not None and proof.ok
+    problems = [_left_behind(block, chart.spec) for block in chart.unmirrored if not (block.in_list and unrendered)]
+    notes = [_left_behind(block, chart.spec) for block in chart.unmirrored if block.in_list and unrendered]
     install = ChartInstall(chart.spec.default_reference)
     if proof is not None:
         problems += [f"the rendered chart pulls {failure}" for failure in proof.failures()]
@@ -94,7 +98,7 @@ async def deliver(
         reason = "; ".join(problems)
         what = "values" if chart.spec.is_release_chart else f"{chart.spec.name} values"
         return Delivery(None, f"{what} for {target.name} not written: nodes would pull from the source: {reason}")
-    for problem in problems:
+    for problem in (*problems, *notes):
         log.warning("%s: values written with an image left behind: %s", label, clip(problem, PROBLEM_CHARS))
     if chart.archive is not None and settings.chart is not None:
         install = await _publish(settings, chart, target, client, label)
@@ -107,7 +111,7 @@ async def deliver(
         install,
         pull_secret,
         proof,
-        tuple(f"NOT MIRRORED: {p}" for p in problems),
+        tuple(f"NOT MIRRORED: {p}" for p in (*problems, *notes)),
         chart.spec,
         chart.version,
     )
