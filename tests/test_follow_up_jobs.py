@@ -1,8 +1,9 @@
-"""A webhook for a release whose job is running queues one follow-up job instead of joining the running one,
-which may have looked at the source before the announced image was there (Docker Hub sends one push per image,
-minutes apart). Per release: at most one job queued and one running; the follow-up runs once the running job
-has ended, and other releases' jobs are not held up meanwhile. On SQLite and on a real PostgreSQL (a database of
-the version before upgraded in place), and through a real `mirror serve`."""
+"""A webhook for a release whose job is running makes one follow-up job, waiting, instead of joining the running
+one, which may have looked at the source before the announced image was there (Docker Hub sends one push per image,
+minutes apart). Per release: at most one job queued or running, and one waiting; the follow-up is queued once the
+running job has ended, and other releases' jobs are not held up meanwhile. On SQLite and on a real PostgreSQL (a
+database of the version before, and one of the unreleased two-index schema, opened in place), and through a real
+`mirror serve`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.ports import free_port
-from mirror.service.store import FAILED, QUEUED, RUNNING, SUCCEEDED, JobStore
+from mirror.service.store import FAILED, QUEUED, RUNNING, SUCCEEDED, WAITING, JobStore
 from tests.test_crash import wait_for
 from tests.test_service import DOCKERHUB_TOKEN, Service, service_config, target_lock_held
 from tests.test_store import FakeClock
@@ -57,12 +58,13 @@ async def test_pushes_while_the_release_runs_queue_one_follow_up(job_store: JobS
     pushes = await asyncio.gather(*(job_store.enqueue("dockerhub", [VERSION], None, 600) for _ in range(8)))
     assert sum(created for _, created in pushes) == 1
     (follow_up,) = {job["id"] for job, _ in pushes}
-    assert follow_up != running and all(job["state"] == QUEUED for job, _ in pushes)
+    assert follow_up != running and all(job["state"] == WAITING for job, _ in pushes)
     assert await job_store.claim_next("another", 60) is None  # it waits for the running job of its release
     other, _ = await job_store.enqueue("ci", [OTHER], None)
     taken = await job_store.claim_next("another", 60)
     assert taken is not None and taken["id"] == other["id"]  # other releases are not held up
     assert await job_store.finish(running, "runner", FAILED, [], "hami-webui: tag not found")
+    assert (await job_store.get(follow_up) or {})["state"] == QUEUED  # queued as the running job ended
     next_up = await job_store.claim_next("runner", 60)
     assert next_up is not None and next_up["id"] == follow_up and next_up["state"] == RUNNING
 
@@ -80,6 +82,7 @@ async def test_a_running_job_whose_lease_ran_out_runs_again_before_its_follow_up
     given_up: list[str] = []
     taken = await job_store.claim_next("last", 60, max_attempts=2, on_give_up=lambda job: given_up.append(job["id"]))
     assert given_up == [running] and taken is not None and taken["id"] == follow_up["id"]
+    assert follow_up["state"] == WAITING
 
 
 async def test_a_job_given_back_with_a_follow_up_queued_ends_and_the_follow_up_runs(
@@ -88,6 +91,7 @@ async def test_a_job_given_back_with_a_follow_up_queued_ends_and_the_follow_up_r
     running = await running_job(job_store, clock)
     follow_up, _ = await job_store.enqueue("dockerhub", [VERSION], None)
     assert await job_store.release(running, "runner") == FAILED  # a shutdown: the follow-up runs the release
+    assert (await job_store.get(follow_up["id"]) or {})["state"] == QUEUED
     ended = await job_store.get(running) or {}
     assert ended["state"] == FAILED and follow_up["id"] in ended["error"] and "shutting down" in ended["error"]
     taken = await job_store.claim_next("another", 60)
@@ -132,12 +136,38 @@ async def test_a_database_of_the_version_before_is_upgraded(url: str, clock: Fak
     store = JobStore(url, clock=clock)
     try:
         indexes = {index["name"] for index in inspect(engine).get_indexes("jobs")}
-        assert "jobs_one_active_per_release" not in indexes
-        assert {"jobs_one_queued_per_release", "jobs_one_running_per_release"} <= indexes
+        assert {"jobs_one_active_per_release", "jobs_one_waiting_per_release"} <= indexes  # the old one kept
         follow_up, created = await store.enqueue("dockerhub", [VERSION], None)
-        assert created and follow_up["id"] != "running-before"
+        assert created and follow_up["id"] != "running-before" and follow_up["state"] == WAITING
         assert (await store.enqueue("ci", [VERSION], "delivery-1"))[0]["id"] == "running-before"
         assert await store.claim_next("upgraded", 60) is None  # the old replica's job still runs
+    finally:
+        store.close()
+        engine.dispose()
+
+
+# What the unreleased two-index schema left: a follow-up queued beside its release's running job
+UNRELEASED_INDEXES = (
+    "DROP INDEX jobs_one_active_per_release",
+    "CREATE UNIQUE INDEX jobs_one_queued_per_release ON jobs (release_key) WHERE state = 'queued'",
+    "CREATE UNIQUE INDEX jobs_one_running_per_release ON jobs (release_key) WHERE state = 'running'",
+    "INSERT INTO jobs (id, kind, versions, release_key, state, created_at, attempts) VALUES "
+    "('queued-beside', 'dockerhub', '[\"v2.10.0\"]', '[\"v2.10.0\"]', 'queued', 3, 0)",
+)
+
+
+async def test_a_database_of_the_two_index_schema_gets_the_old_index_back(url: str, clock: FakeClock) -> None:
+    engine = create_engine(url)
+    with engine.begin() as db:
+        for statement in PREVIOUS_SCHEMA + UNRELEASED_INDEXES:
+            db.execute(text(statement))
+    store = JobStore(url, clock=clock)
+    try:
+        indexes = {index["name"] for index in inspect(engine).get_indexes("jobs")}
+        assert {"jobs_one_active_per_release", "jobs_one_waiting_per_release"} <= indexes
+        assert not {"jobs_one_queued_per_release", "jobs_one_running_per_release"} & indexes
+        assert (await store.get("queued-beside") or {})["state"] == WAITING  # it waits for the running job
+        assert await store.claim_next("upgraded", 60) is None
     finally:
         store.close()
         engine.dispose()
@@ -161,7 +191,7 @@ def test_a_push_while_the_release_runs_is_mirrored_by_a_follow_up_job(
             follow_up = answers[0].json()["id"]
             assert follow_up != first and all(answer.json()["id"] == follow_up for answer in answers)
             assert [answer.json()["duplicate"] for answer in answers] == [False, True, True]
-            assert service.job(follow_up)["state"] == "queued" and service.job(first)["state"] == "running"
+            assert service.job(follow_up)["state"] == "waiting" and service.job(first)["state"] == "running"
         except BaseException:
             service.stop()
             raise

@@ -18,7 +18,7 @@ from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.ports import free_port
 from mirror.service import store as job_queue
 from mirror.service.hooks import HookError, dockerhub_version
-from mirror.service.store import QUEUED, JobStore
+from mirror.service.store import QUEUED, WAITING, JobStore
 from mirror.settings import ConfigError, MirrorSettings, load_settings
 from tests.test_crash import wait_for
 from tests.test_service import DOCKERHUB_TOKEN, Service, service_config, target_lock_held
@@ -105,6 +105,17 @@ async def test_past_the_bound_nothing_is_queued(job_store: JobStore) -> None:
     for _ in range(2):  # two leave the queue: room for one more
         assert await job_store.claim_next("runner", 60) is not None
     assert (await job_store.enqueue("dockerhub", ["v9.99.0"], None, 600, LIMIT))[1]
+
+
+async def test_a_waiting_follow_up_counts_towards_the_bound(job_store: JobStore) -> None:
+    assert (await job_store.enqueue("dockerhub", ["v9.0.0"], None, 600, LIMIT))[1]
+    assert await job_store.claim_next("runner", 60) is not None
+    follow_up, created = await job_store.enqueue("dockerhub", ["v9.0.0"], None, 600, LIMIT)
+    assert created and follow_up["state"] == WAITING
+    for minor in range(1, LIMIT):
+        assert (await job_store.enqueue("dockerhub", [f"v9.{minor}.0"], None, 600, LIMIT))[1]
+    with pytest.raises(job_queue.QueueFull, match="3 jobs are queued"):
+        await job_store.enqueue("dockerhub", ["v9.99.0"], None, 600, LIMIT)
 
 
 async def test_concurrent_webhooks_never_pass_the_bound(job_store: JobStore) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mirror.service.store import FAILED, QUEUED, RUNNING, SUCCEEDED, JobStore
+from mirror.service.store import FAILED, QUEUED, RUNNING, SUCCEEDED, WAITING, JobStore
 from tests.postgres import Postgres
 
 
@@ -61,9 +61,9 @@ async def test_one_job_per_delivery_and_per_active_release(store: JobStore, cloc
     first = answers[0][0]
     claimed = await store.claim_next("a", 30)
     assert claimed is not None and claimed["id"] == first["id"]
-    # the running job takes no delivery (it may have looked already): one follow-up is queued, and takes the next
+    # the running job takes no delivery (it may have looked already): one follow-up waits, and takes the next
     follow_up, created = await store.enqueue("ci", ["v2.10.0"], "another")
-    assert created and follow_up["id"] != first["id"] and follow_up["state"] == QUEUED
+    assert created and follow_up["id"] != first["id"] and follow_up["state"] == WAITING
     assert await store.finish(first["id"], "a", SUCCEEDED, [], None)
     again, created = await store.enqueue("ci", ["v2.10.0"], "after-it-finished")
     assert not created and again["id"] == follow_up["id"]

@@ -48,7 +48,7 @@ async def test_a_job_left_running_without_a_lease_is_claimed_again(old_url: str)
     clock = FakeClock()
     store = JobStore(old_url, clock=clock)
     try:
-        follow_up, created = await store.enqueue("ci", ["v2.9.0"], "delivery-2")  # it runs: a follow-up is queued
+        follow_up, created = await store.enqueue("ci", ["v2.9.0"], "delivery-2")  # it runs: a follow-up waits
         assert created and follow_up["id"] != "old-release"
         first = await store.claim_next("upgraded", 60)
         second = await store.claim_next("upgraded", 60)
@@ -59,7 +59,7 @@ async def test_a_job_left_running_without_a_lease_is_claimed_again(old_url: str)
             assert job["lease_expires_at"] == clock.now + 60
         assert await store.claim_next("other", 60) is None  # under a live lease now; the follow-up waits for it
         assert await store.finish("old-release", "upgraded", SUCCEEDED, [], None)
-        later, created = await store.enqueue("ci", ["v2.9.0"], "delivery-3")  # joins the queued follow-up
+        later, created = await store.enqueue("ci", ["v2.9.0"], "delivery-3")  # joins the waiting follow-up
         assert later["id"] == follow_up["id"] and not created
         taken = await store.claim_next("other", 60)  # the release flows again
         assert taken is not None and taken["id"] == follow_up["id"]

@@ -39,7 +39,7 @@ from mirror.service.metrics import Metrics, StoreSuccess
 from mirror.service.runner import JobRunner
 from mirror.service.scheduler import start_scheduler
 from mirror.service.server import Doors, run
-from mirror.service.store import ACTIVE, KINDS, MAX_ERROR_CHARS, STATES, JobStore, QueueFull, UnknownJob
+from mirror.service.store import KINDS, MAX_ERROR_CHARS, STATES, UNFINISHED, JobStore, QueueFull, UnknownJob
 from mirror.settings import ConfigError, MirrorSettings, load_settings
 from mirror.untrusted import clip
 
@@ -103,9 +103,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 async def accept(request: Request, kind: str, version: str, delivery: str | None) -> JSONResponse:
-    """202 with the job that will run (new, or the release's queued one, or the one running for this delivery);
+    """202 with the job that will run (new, the release's queued or waiting one, or the one running for this delivery);
     200 with a finished job that already answers this delivery or succeeded for this release within
-    REPLAY_WINDOW_SECONDS: nothing queued. 503 when service.max_queued_jobs are queued: nothing queued."""
+    REPLAY_WINDOW_SECONDS: nothing queued. 503 when service.max_queued_jobs are queued or waiting: nothing queued."""
     state = request.app.state
     try:
         job, created = await state.store.enqueue(
@@ -122,9 +122,9 @@ async def accept(request: Request, kind: str, version: str, delivery: str | None
     if created:
         state.runner.wake.set()
         log.info("queued job %s for %s (%s)", job["id"], version, kind)
-    elif job["state"] not in ACTIVE:
+    elif job["state"] not in UNFINISHED:
         log.info("%s webhook for %s answered by job %s (%s), nothing queued", kind, version, job["id"], job["state"])
-    status = 202 if created or job["state"] in ACTIVE else 200
+    status = 202 if created or job["state"] in UNFINISHED else 200
     return JSONResponse({**job_view(job), "duplicate": not created}, status_code=status)
 
 

@@ -7,10 +7,13 @@ that an older mirror without leases left running, is claimed again by whoever lo
 job is never taken, and a job whose lease ran out `max_attempts` times (it kills its replica each time) is
 failed by the claim that finds it, in the same transaction, instead of being run again.
 
-Per release, at most one job is queued and at most one running, each enforced by a partial unique index, not by
-a read-then-write. A webhook for a release joins its queued job; while its job runs, it queues the one follow-up
-job (Docker Hub sends a push per image, minutes apart: the running job may have looked before the later images
-existed), which is claimed only once the running one has ended. A delivery id answers its job for good, unless
+Per release, at most one job is queued or running, and at most one waiting, each enforced by a partial unique
+index, not by a read-then-write. A webhook for a release joins its queued job; while its job runs, it joins or
+creates the release's one follow-up job, `waiting` (Docker Hub sends a push per image, minutes apart: the running
+job may have looked before the later images existed). The transaction that ends the running job (finished, given
+back, given up) makes the follow-up queued; a claim first queues any follow-up whose release has no job queued or
+running (an older replica, which never reads `waiting`, ended it). Older replicas keep working during a rollout:
+the index they create is the one kept, and they claim only queued jobs. A delivery id answers its job for good, unless
 that job failed: GitHub's "Redeliver" sends the same id again, the way to recover, so it queues a new job. The
 webhooks' new jobs are bounded (`max_queued`): past it, nothing is queued.
 
@@ -25,6 +28,7 @@ reaches `enqueue`, and a job's error is cut to `MAX_ERROR_CHARS` here, at write,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -64,10 +68,11 @@ from mirror import database
 from mirror.untrusted import clip
 
 T = TypeVar("T")
-QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
-ACTIVE = (QUEUED, RUNNING)
-ANSWERING = (QUEUED, RUNNING, SUCCEEDED)  # a delivery's job still answers it; a failed one is redelivered
-STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED)
+WAITING, QUEUED, RUNNING, SUCCEEDED, FAILED = "waiting", "queued", "running", "succeeded", "failed"
+ACTIVE = (QUEUED, RUNNING)  # at most one per release (the index older versions also create)
+UNFINISHED = (WAITING, QUEUED, RUNNING)
+ANSWERING = (WAITING, QUEUED, RUNNING, SUCCEEDED)  # a delivery's job still answers it; a failed one is redelivered
+STATES = (WAITING, QUEUED, RUNNING, SUCCEEDED, FAILED)
 KINDS = ("ci", "dockerhub", "schedule")
 DISCOVERY = "discover"  # the release key of a discovery job
 ENQUEUE_ATTEMPTS = 5
@@ -105,14 +110,16 @@ deliveries = Table(
     Column("delivery", String(200), primary_key=True),
     Column("job_id", String(32), nullable=False),
 )
-_queued, _running = jobs.c.state == QUEUED, jobs.c.state == RUNNING
-Index("jobs_one_queued_per_release", jobs.c.release_key, unique=True, sqlite_where=_queued, postgresql_where=_queued)
-Index("jobs_one_running_per_release", jobs.c.release_key, unique=True, sqlite_where=_running, postgresql_where=_running)
+_waiting, _queued, _running = jobs.c.state == WAITING, jobs.c.state == QUEUED, jobs.c.state == RUNNING
+_active = jobs.c.state.in_(ACTIVE)
+# The older versions' index, kept as it was (they create it when missing): a follow-up waits outside it
+Index("jobs_one_active_per_release", jobs.c.release_key, unique=True, sqlite_where=_active, postgresql_where=_active)
+Index("jobs_one_waiting_per_release", jobs.c.release_key, unique=True, sqlite_where=_waiting, postgresql_where=_waiting)
 Index("jobs_newest_first", jobs.c.created_at, jobs.c.id)  # the job list's order and its cursor
 Index("jobs_finished_by_state", jobs.c.state, jobs.c.finished_at)  # the newest success, one index look-up
-# Indexes of older versions, dropped on upgrade: "one queued or running job per release" merged a webhook into
-# the running job, which had already looked at the images the webhook announced
-RETIRED_INDEXES = ("jobs_one_active_per_release",)
+# Indexes of an unreleased version, dropped on open: a queued follow-up broke older replicas during a rollout
+# (their claim took it while its release ran; their index could not be made again)
+RETIRED_INDEXES = ("jobs_one_queued_per_release", "jobs_one_running_per_release")
 
 
 class UnknownJob(LookupError):
@@ -200,11 +207,12 @@ class JobStore:
     ) -> tuple[dict[str, Any], bool]:
         """The new job, or the one already there for this delivery or this release; and whether it is new.
         A delivery answers its job unless that job failed (GitHub's redelivery keeps the id): then it is taken
-        as new. The release's queued job takes the delivery; its running job does not (one follow-up is queued).
+        as new. The release's queued job takes the delivery; its running job does not: its waiting follow-up does
+        (made if there is none).
         The database's unique constraints decide, so two replicas taking the same delivery make one job.
         With `done_within`, a release whose job succeeded less than that many seconds ago, and none running, is
         answered by that job (a replayed webhook queues nothing). With `max_queued`, a new job is refused with
-        QueueFull while that many jobs are queued."""
+        QueueFull while that many jobs are queued or waiting."""
         if delivery is not None and len(delivery) > MAX_DELIVERY_CHARS:
             raise ValueError(f"delivery id of {len(delivery)} characters: at most {MAX_DELIVERY_CHARS}")
         ask = _Ask(kind, versions, delivery, done_within, max_queued)
@@ -269,7 +277,10 @@ class JobStore:
     ) -> dict[str, Any] | None:
         """The oldest job that is queued or whose lease expired, now running under `owner`'s lease. A job
         whose lease expired after `max_attempts` claims is failed on the way instead (each told to
-        `on_give_up` once the transaction is committed), and the next one looked at."""
+        `on_give_up` once the transaction is committed; its follow-up queued), and the next one looked at.
+        First, follow-ups whose release has no job queued or running are queued (an older replica ended it)."""
+        with contextlib.suppress(IntegrityError):  # a job of such a release was queued meanwhile: it waits on
+            await self._run(_promote_orphans)
 
         def work(db: Connection) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
             now = self._now(db)
@@ -278,6 +289,7 @@ class JobStore:
                 if candidate.state == RUNNING and candidate.attempts >= max_attempts:
                     failed = _give_up(db, candidate, now)
                     if failed is not None:
+                        _promote(db, failed.release_key)
                         given_up.append(_row(failed))
                     continue
                 claim = (
@@ -324,25 +336,34 @@ class JobStore:
         return await self._run(work)
 
     async def finish(self, job_id: str, owner: str, state: str, result: Any, error: str | None) -> bool:
-        """Record the outcome; False (nothing written) when `owner` lost the lease meanwhile."""
+        """Record the outcome, and queue the release's follow-up job; False (nothing written) when `owner` lost
+        the lease meanwhile."""
         values = {
             "state": state,
             "result": json.dumps(result),
             "error": stored_error(error) if error is not None else None,
         }
-        return await self._update_held(job_id, owner, values, finished=True)
+
+        def work(db: Connection) -> bool:
+            statement = update(jobs).where(_held(job_id, owner)).values(**values, finished_at=self._now(db))
+            ended = db.execute(statement.returning(jobs.c.release_key)).first()
+            if ended is not None:
+                _promote(db, ended.release_key)
+            return ended is not None
+
+        return await self._run(work)
 
     async def release(self, job_id: str, owner: str) -> str | None:
         """Give an unfinished job back to the queue (a replica shutting down), for another replica to take;
         its claim is given back too, so shutdowns never count towards `max_attempts`. Where a follow-up job of
-        its release is queued, that one runs the release in its place and this one ends failed, saying so.
+        its release waits, that one is queued to run the release in its place and this one ends failed, saying so.
         The state it was left in; None (nothing written) when `owner` does not hold it."""
 
         def work(db: Connection) -> str | None:
             held = db.execute(select(jobs.c.release_key).where(_held(job_id, owner))).first()
             if held is None:
                 return None
-            follow_up = db.execute(select(jobs.c.id).where(jobs.c.release_key == held.release_key, _queued)).first()
+            follow_up = db.execute(select(jobs.c.id).where(jobs.c.release_key == held.release_key, _waiting)).first()
             values: dict[str, Any]
             if follow_up is None:
                 values = {"state": QUEUED, "owner": None, "lease_expires_at": None, "attempts": jobs.c.attempts - 1}
@@ -350,24 +371,18 @@ class JobStore:
                 error = f"cut short by a replica shutting down; job {follow_up.id}, queued after it, runs its release"
                 values = {"state": FAILED, "finished_at": self._now(db), "error": error}
             released = db.execute(update(jobs).where(_held(job_id, owner)).values(**values))
-            return str(values["state"]) if released.rowcount else None
+            if not released.rowcount:
+                return None
+            if follow_up is not None:
+                _promote(db, held.release_key)
+            return str(values["state"])
 
         for _ in range(ENQUEUE_ATTEMPTS):
             try:
                 return await self._run(work)
-            except IntegrityError:  # a follow-up was queued between the look and the write: look again
+            except IntegrityError:  # a job of its release was queued between the look and the write: look again
                 continue
         raise RuntimeError(f"could not give job {job_id} back after {ENQUEUE_ATTEMPTS} attempts")
-
-    async def _update_held(self, job_id: str, owner: str, values: dict[str, Any], finished: bool = False) -> bool:
-        """Write to a running job only while `owner` holds its lease; False when it does not."""
-
-        def work(db: Connection) -> bool:
-            stamp = {"finished_at": self._now(db)} if finished else {}
-            statement = update(jobs).where(_held(job_id, owner)).values(**values, **stamp)
-            return bool(db.execute(statement).rowcount)
-
-        return await self._run(work)
 
     async def writable(self) -> bool:
         try:
@@ -397,10 +412,27 @@ def _lease_ran_out(now: float) -> ColumnElement[bool]:
 
 
 def _claimable(now: float) -> ColumnElement[bool]:
-    """Queued, and no job of its release running (a follow-up waits for it); or running with its lease over."""
+    """Queued (a follow-up waits, never claimed), or running with its lease over."""
+    return or_(_queued, _lease_ran_out(now))
+
+
+def _release_free() -> ColumnElement[bool]:
+    """No job of the row's release is queued or running."""
     others = jobs.alias("others")
-    release_running = select(others.c.id).where(others.c.release_key == jobs.c.release_key, others.c.state == RUNNING)
-    return or_(and_(_queued, ~release_running.exists()), _lease_ran_out(now))
+    taken = select(others.c.id).where(others.c.release_key == jobs.c.release_key, others.c.state.in_(ACTIVE))
+    return ~taken.exists()
+
+
+def _promote(db: Connection, key: str) -> None:
+    """The release's waiting follow-up queued, once no job of it is queued or running (in the transaction that
+    ended its running job)."""
+    db.execute(update(jobs).where(jobs.c.release_key == key, _waiting, _release_free()).values(state=QUEUED))
+
+
+def _promote_orphans(db: Connection) -> None:
+    """Every waiting job whose release has no job queued or running, queued: an older replica, which knows no
+    follow-ups, ended the job it waited for."""
+    db.execute(update(jobs).where(_waiting, _release_free()).values(state=QUEUED))
 
 
 def gave_up_error(attempts: int, owner: str | None, lease_expires_at: float | None) -> str:
@@ -432,37 +464,41 @@ def _enqueue_once(db: Connection, ask: _Ask, now: float) -> tuple[Any, bool]:
         if seen is not None and seen.state in ANSWERING:
             return seen, False
         stale = seen  # its job failed: the delivery asks again
-    taken = _taking_job(db, ask.key, now - ask.done_within if ask.done_within > 0 else None)
+    taken, state = _taking_job(db, ask.key, now - ask.done_within if ask.done_within > 0 else None)
     if taken is not None:
         return (_point(db, ask.delivery, taken.id, stale) if ask.delivery is not None else taken), False
     if ask.max_queued is not None:
         _check_room(db, ask.max_queued)
-    return _insert(db, ask, now, stale), True
+    return _insert(db, ask, now, stale, state), True
 
 
-def _taking_job(db: Connection, key: str, since: float | None) -> Any:
-    """The release's queued job; else, given `since` and no job of the release running, its job that
-    succeeded since then (a running job takes nothing: whatever was announced may postdate its look)."""
+def _taking_job(db: Connection, key: str, since: float | None) -> tuple[Any, str]:
+    """The job that takes a delivery for the release, if any, and the state of a new one. The release's queued
+    job; else, while a job of it runs, its waiting follow-up (a new one waits); else, given `since`, its job
+    that succeeded since then (a running job takes nothing: whatever was announced may postdate its look)."""
     queued = db.execute(select(jobs).where(jobs.c.release_key == key, _queued)).first()
-    if queued is not None or since is None:
-        return queued
+    if queued is not None:
+        return queued, QUEUED
     if db.execute(select(jobs.c.id).where(jobs.c.release_key == key, _running)).first() is not None:
-        return None
+        return db.execute(select(jobs).where(jobs.c.release_key == key, _waiting)).first(), WAITING
+    if since is None:
+        return None, QUEUED
     recent = (jobs.c.release_key == key) & (jobs.c.state == SUCCEEDED) & (jobs.c.finished_at >= since)
-    return db.execute(select(jobs).where(recent).order_by(jobs.c.finished_at.desc()).limit(1)).first()
+    return db.execute(select(jobs).where(recent).order_by(jobs.c.finished_at.desc()).limit(1)).first(), QUEUED
 
 
 def _check_room(db: Connection, limit: int) -> None:
-    """QueueFull when `limit` jobs are queued. On PostgreSQL, replicas count and insert one at a time."""
+    """QueueFull when `limit` jobs are queued or waiting. On PostgreSQL, replicas count and insert one at a time."""
     if db.dialect.name == "postgresql":
         db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": database.advisory_key(database.QUEUE_LOCK)})
-    queued = db.execute(select(func.count()).select_from(jobs).where(_queued)).scalar_one()
+    queued = db.execute(select(func.count()).select_from(jobs).where(_queued | _waiting)).scalar_one()
     if queued >= limit:
         raise QueueFull(queued, limit)
 
 
-def _insert(db: Connection, ask: _Ask, now: float, stale: Any) -> Any:
-    """A new queued job, answering the delivery (taken from `stale`, the failed job it answered, if any)."""
+def _insert(db: Connection, ask: _Ask, now: float, stale: Any, state: str) -> Any:
+    """A new job (queued, or waiting for its release's running job), answering the delivery (taken from `stale`,
+    the failed job it answered, if any)."""
     if stale is not None:  # the delivery column names the job that answers it, now this one
         db.execute(update(jobs).where(jobs.c.delivery == ask.delivery, jobs.c.state == FAILED).values(delivery=None))
     job = {
@@ -471,7 +507,7 @@ def _insert(db: Connection, ask: _Ask, now: float, stale: Any) -> Any:
         "versions": json.dumps(ask.versions) if ask.versions is not None else None,
         "release_key": ask.key,
         "delivery": ask.delivery,
-        "state": QUEUED,
+        "state": state,
         "attempts": 0,
         "created_at": now,
     }
@@ -526,6 +562,10 @@ def _create_or_upgrade(engine: Engine) -> None:
                 db.execute(update(jobs).values(release_key=func.coalesce(jobs.c.versions, DISCOVERY)))
         for retired in RETIRED_INDEXES:
             db.execute(text(f"DROP INDEX IF EXISTS {retired}"))
+        if present is not None:  # a follow-up the unreleased version queued beside its running job waits instead
+            running = jobs.alias("running")
+            beside = select(running.c.id).where(running.c.release_key == jobs.c.release_key, running.c.state == RUNNING)
+            db.execute(update(jobs).where(_queued, beside.exists()).values(state=WAITING))
         metadata.create_all(db)
         for index in jobs.indexes:  # create_all skips the indexes of a table that was already there
             index.create(db, checkfirst=True)
