@@ -8,8 +8,10 @@ import pytest
 from mirror.demo import ports
 from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.ports import free_port
+from mirror.service.store import JobStore
 from tests.postgres import Postgres, start_postgres
 from tests.test_service import Service, service_config
+from tests.test_store import FakeClock
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -63,6 +65,31 @@ def postgres() -> Iterator[Postgres]:
 def database_url(postgres: Postgres) -> str:
     """An empty database of its own for each test."""
     return postgres.new_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A job store's database, once on each backend: a file of SQLite, an empty PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    return str(request.getfixturevalue("database_url"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def job_store(store_url: str, clock: FakeClock) -> Iterator[JobStore]:
+    opened = JobStore(store_url, clock=clock)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def store(job_store: JobStore) -> JobStore:
+    return job_store
 
 
 @pytest.fixture

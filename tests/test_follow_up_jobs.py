@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from mirror.demo.localregistry import LocalRegistry
@@ -24,25 +22,6 @@ from tests.test_store import FakeClock
 from tests.test_sync import VERSION, seed_release
 
 OTHER = "v2.11.0"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'jobs.db'}"
-    return str(request.getfixturevalue("postgres").new_database())
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def job_store(url: str, clock: FakeClock) -> Iterator[JobStore]:
-    opened = JobStore(url, clock=clock)
-    yield opened
-    opened.close()
 
 
 async def running_job(store: JobStore, clock: FakeClock) -> str:
@@ -127,13 +106,13 @@ PREVIOUS_SCHEMA = (
 )
 
 
-async def test_a_database_of_the_version_before_is_upgraded(url: str, clock: FakeClock) -> None:
-    engine = create_engine(url)
+async def test_a_database_of_the_version_before_is_upgraded(store_url: str, clock: FakeClock) -> None:
+    engine = create_engine(store_url)
     with engine.begin() as db:
         for statement in PREVIOUS_SCHEMA:
             db.execute(text(statement))
-    JobStore(url, clock=clock).close()  # upgraded once; opening it again changes nothing
-    store = JobStore(url, clock=clock)
+    JobStore(store_url, clock=clock).close()  # upgraded once; opening it again changes nothing
+    store = JobStore(store_url, clock=clock)
     try:
         indexes = {index["name"] for index in inspect(engine).get_indexes("jobs")}
         assert {"jobs_one_active_per_release", "jobs_one_waiting_per_release"} <= indexes  # the old one kept
@@ -156,12 +135,12 @@ UNRELEASED_INDEXES = (
 )
 
 
-async def test_a_database_of_the_two_index_schema_gets_the_old_index_back(url: str, clock: FakeClock) -> None:
-    engine = create_engine(url)
+async def test_a_database_of_the_two_index_schema_gets_the_old_index_back(store_url: str, clock: FakeClock) -> None:
+    engine = create_engine(store_url)
     with engine.begin() as db:
         for statement in PREVIOUS_SCHEMA + UNRELEASED_INDEXES:
             db.execute(text(statement))
-    store = JobStore(url, clock=clock)
+    store = JobStore(store_url, clock=clock)
     try:
         indexes = {index["name"] for index in inspect(engine).get_indexes("jobs")}
         assert {"jobs_one_active_per_release", "jobs_one_waiting_per_release"} <= indexes

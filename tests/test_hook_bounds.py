@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from mirror.service.store import QUEUED, WAITING, JobStore
 from mirror.settings import ConfigError, MirrorSettings, load_settings
 from tests.test_crash import wait_for
 from tests.test_service import DOCKERHUB_TOKEN, Service, service_config, target_lock_held
-from tests.test_store import FakeClock
 from tests.test_sync import VERSION, seed_release
 
 LIMIT = 3
@@ -74,17 +72,6 @@ def test_the_bound_is_a_setting_with_a_sane_range(tmp_path: Path) -> None:
     assert settings_with(tmp_path, "docker.io").service.max_queued_jobs == 20
     with pytest.raises(ConfigError, match="max_queued_jobs"):
         settings_with(tmp_path, "docker.io", service={"max_queued_jobs": 0})
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres").new_database())
-    opened = JobStore(url, clock=FakeClock())
-    yield opened
-    opened.close()
 
 
 async def queued(store: JobStore) -> list[dict[str, Any]]:

@@ -6,11 +6,7 @@ then on. On SQLite and on a real PostgreSQL, and through a real `mirror serve`."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mirror.demo.localregistry import LocalRegistry
 from mirror.service.store import FAILED, QUEUED, SUCCEEDED, JobStore, jobs
@@ -20,17 +16,6 @@ from tests.test_sync import VERSION, seed_release
 
 GUID = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
 WINDOW = 600.0  # the service's replay window
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres").new_database())
-    opened = JobStore(url, clock=FakeClock())
-    yield opened
-    opened.close()
 
 
 async def run_to_end(store: JobStore, job_id: str, state: str) -> None:

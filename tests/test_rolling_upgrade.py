@@ -35,30 +35,18 @@ def old_store(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     return module
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'jobs.db'}"
-    return str(request.getfixturevalue("database_url"))
-
-
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def stores(url: str, clock: FakeClock, old_store: ModuleType) -> Iterator[tuple[JobStore, JobStore]]:
+def stores(store_url: str, clock: FakeClock, old_store: ModuleType) -> Iterator[tuple[JobStore, JobStore]]:
     """An old replica, running before the rollout; then a new one starting on the same database."""
-    old = old_store.JobStore(url, clock=clock)
-    new = JobStore(url, clock=clock)
+    old = old_store.JobStore(store_url, clock=clock)
+    new = JobStore(store_url, clock=clock)
     yield old, new
     new.close()
     old.close()
 
 
 async def test_an_old_replica_claims_other_releases_while_a_follow_up_waits(
-    stores: tuple[JobStore, JobStore], url: str, clock: FakeClock, old_store: ModuleType
+    stores: tuple[JobStore, JobStore], store_url: str, clock: FakeClock, old_store: ModuleType
 ) -> None:
     old, new = stores
     running, _ = await new.enqueue("ci", ["v2.10.0"], "d1")
@@ -70,7 +58,7 @@ async def test_an_old_replica_claims_other_releases_while_a_follow_up_waits(
     taken = await old.claim_next("old", 60)  # the follow-up is not the oldest queued job: it is not queued at all
     assert taken is not None and taken["id"] == other["id"]
     assert await old.claim_next("old", 60) is None
-    old_store.JobStore(url, clock=clock).close()  # an old replica restarting (a rollback) makes its index again
+    old_store.JobStore(store_url, clock=clock).close()  # an old replica restarting (a rollback) makes its index again
     assert (await new.get(follow_up["id"]) or {})["state"] == WAITING
     assert await new.finish(running["id"], "new", SUCCEEDED, [], None)
     assert (await new.get(follow_up["id"]) or {})["state"] == QUEUED

@@ -9,11 +9,8 @@ import asyncio
 import datetime
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mirror.service.store import FAILED, QUEUED, RUNNING, SUCCEEDED, WAITING, JobStore
 from tests.postgres import Postgres
@@ -30,25 +27,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'jobs.db'}"
-    return str(request.getfixturevalue("postgres").new_database())
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(url: str, clock: FakeClock) -> Iterator[JobStore]:
-    opened = JobStore(url, clock=clock)
-    yield opened
-    opened.close()
 
 
 async def test_one_job_per_delivery_and_per_active_release(store: JobStore, clock: FakeClock) -> None:
@@ -188,9 +166,9 @@ async def test_an_error_with_a_nul_byte_is_recorded(store: JobStore) -> None:
     assert (await store.get(job["id"]) or {})["error"] == "get manifest: 404 MANIFEST_UNKNOWN: gone\\x00away"
 
 
-async def test_without_a_clock_the_database_keeps_the_time(url: str) -> None:
+async def test_without_a_clock_the_database_keeps_the_time(store_url: str) -> None:
     """PostgreSQL's clock (every replica reads the same one), or this machine's for SQLite."""
-    store = JobStore(url)
+    store = JobStore(store_url)
     try:
         before = time.time()
         job, _ = await store.enqueue("ci", ["v2.10.0"], None)

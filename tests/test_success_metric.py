@@ -7,12 +7,10 @@ promtool, and the metric through a real `mirror serve` restarted over the same s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,17 +25,6 @@ from tests.test_sync import VERSION, seed_release
 
 STORE_METRIC = "mirror_store_last_successful_job_timestamp_seconds"
 PROCESS_METRIC = "mirror_last_successful_job_timestamp_seconds"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres").new_database())
-    opened = JobStore(url, clock=FakeClock())
-    yield opened
-    opened.close()
 
 
 async def finish_one(store: JobStore, version: str, state: str) -> float:
