@@ -9,6 +9,7 @@ from mirror.demo import ports
 from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.ports import free_port
 from mirror.service.store import JobStore
+from tests.faultproxy import FaultProxy, fault_proxy
 from tests.postgres import Postgres, start_postgres
 from tests.test_service import Service, service_config
 from tests.test_store import FakeClock
@@ -44,6 +45,19 @@ def target(tmp_path: Path) -> Iterator[LocalRegistry]:
     registry = start_registry(tmp_path / "target")
     yield registry
     registry.stop()
+
+
+@pytest.fixture
+def source_proxy(source: LocalRegistry) -> Iterator[FaultProxy]:
+    """`source` behind a proxy that injects the faults a test adds (tests/faultproxy.py)."""
+    with fault_proxy(source.port) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def target_proxy(target: LocalRegistry) -> Iterator[FaultProxy]:
+    with fault_proxy(target.port) as proxy:
+        yield proxy
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +21,12 @@ from mirror.registry.budget import BudgetExhausted, PullBudget
 from mirror.registry.options import ClientOptions, PullBudgetOptions
 from mirror.registry.ratelimit import RateLimit
 from mirror.registry.retry import RetryPolicy
-from tests.faultproxy import Fault, FaultProxy, fault_proxy
+from tests.faultproxy import Fault, FaultProxy
 from tests.support import beyond_heads, blob_exists, manifest_digest, requests_since, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
 BLOB = r"/blobs/sha256:"
 MANIFEST = r"/manifests/"
-
-
-@pytest.fixture
-def source_proxy(source: LocalRegistry) -> Iterator[FaultProxy]:
-    with fault_proxy(source.port) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def target_proxy(target: LocalRegistry) -> Iterator[FaultProxy]:
-    with fault_proxy(target.port) as proxy:
-        yield proxy
 
 
 def sync(tmp_path: Path, source: Any, target: Any, *args: str, **extra: Any) -> int:

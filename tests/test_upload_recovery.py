@@ -12,7 +12,7 @@ import hashlib
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,21 +32,9 @@ from mirror.registry import BlobBody, RegistryClient, RegistryError
 from mirror.registry.auth import AuthError
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy
-from tests.faultproxy import Fault, FaultProxy, fault_proxy
+from tests.faultproxy import Fault, FaultProxy
 from tests.support import blob_exists
 from tests.test_faults import BIG_IMAGE, CHUNKED, large_image, sync, upload_uuid
-
-
-@pytest.fixture
-def source_proxy(source: LocalRegistry) -> Iterator[FaultProxy]:
-    with fault_proxy(source.port) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def target_proxy(target: LocalRegistry) -> Iterator[FaultProxy]:
-    with fault_proxy(target.port) as proxy:
-        yield proxy
 
 
 def layer_reads(registry: LocalRegistry, mark: int, digest: str) -> list[int]:
@@ -220,22 +208,28 @@ def target_blobs(client: RegistryClient, shutdown: Shutdown) -> TargetBlobs:
     return blobs
 
 
-@pytest.mark.parametrize(
-    ("size", "held"), [(64 * 1024, "PUT"), (256 * 1024, "PATCH")], ids=["one PUT", "chunked, first chunk"]
-)
-@pytest.mark.parametrize("abandoned", [True, False], ids=["abandoned at shutdown", "cancelled"])
-async def test_a_cancelled_transfer_lets_the_registry_drop_its_session(size: int, held: str, abandoned: bool) -> None:
-    registry = MemoryRegistry(hold={held})
+async def stopped_while_held(registry: MemoryRegistry, client: RegistryClient, size: int, abandoned: bool) -> None:
+    """A transfer of a `size`-byte layer, held by the registry, stopped as a shutdown abandons it (Interrupted)
+    or as a cancellation does (CancelledError): raises what the transfer ended with."""
     data, blob = layer(size)
-    blobs = target_blobs(registry.client(), Shutdown())
+    blobs = target_blobs(client, Shutdown())
     ensured = asyncio.ensure_future(blobs.ensure("ns/r", blob, BytesOrigin(data)))
     await asyncio.wait_for(registry.held.wait(), 10)
     if abandoned:
         blobs.shutdown.abandon()
     else:
         blobs.cancel_pending()
+    await asyncio.wait_for(ensured, 10)
+
+
+@pytest.mark.parametrize(
+    ("size", "held"), [(64 * 1024, "PUT"), (256 * 1024, "PATCH")], ids=["one PUT", "chunked, first chunk"]
+)
+@pytest.mark.parametrize("abandoned", [True, False], ids=["abandoned at shutdown", "cancelled"])
+async def test_a_cancelled_transfer_lets_the_registry_drop_its_session(size: int, held: str, abandoned: bool) -> None:
+    registry = MemoryRegistry(hold={held})
     with pytest.raises(Interrupted if abandoned else asyncio.CancelledError):
-        await asyncio.wait_for(ensured, 10)
+        await stopped_while_held(registry, registry.client(), size, abandoned)
     assert registry.seen[-1].startswith("DELETE /v2/ns/r/blobs/uploads/")
     assert registry.sessions == {}  # the registry let the session go
 
@@ -264,19 +258,11 @@ async def test_a_clean_up_that_fails_never_takes_the_cancellations_place(
     """The DELETE's token refused (an AuthError from the auth flow): the shutdown still ends as a shutdown, not
     as 'access denied' (which would exit 1, not 143)."""
     registry = MemoryRegistry(hold={"PATCH"})
-    data, blob = layer(256 * 1024)
     client = registry.client()
 
     async def refused(*args: object, **kwargs: object) -> bool:
         raise AuthError("registry.test", "ns/r", 401, "", "token server auth.test: refused")
 
     monkeypatch.setattr(client, "cancel_upload", refused)
-    blobs = target_blobs(client, Shutdown())
-    ensured = asyncio.ensure_future(blobs.ensure("ns/r", blob, BytesOrigin(data)))
-    await asyncio.wait_for(registry.held.wait(), 10)
-    if abandoned:
-        blobs.shutdown.abandon()
-    else:
-        blobs.cancel_pending()
     with pytest.raises(Interrupted if abandoned else asyncio.CancelledError):
-        await asyncio.wait_for(ensured, 10)
+        await stopped_while_held(registry, client, 256 * 1024, abandoned)
