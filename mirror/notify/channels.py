@@ -62,31 +62,22 @@ def _one_line(text: str) -> str:
 # written as HTML entities wherever they are meant as text.
 _SLACK_ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
-# DingTalk's and WeCom's markdown document no escape character, so each character that opens their documented
-# markup in a value (a link or image `[..](..)`, emphasis `*`, a heading `#`, a quote `>`, inline code, an HTML
-# tag such as `<font>`, WeCom's `<@userid>` mention) is written as a look-alike that no renderer reads as markup.
+# Tags and links (`<font>`, `<at user_id="all">`, WeCom's `<@userid>`, `[label](url)`) open markup on every
+# chat but Slack, none of which documents an escape: such characters in a value are written as look-alikes that
+# no renderer reads as markup.
+_TAG_AND_LINK = {
+    "[": "\N{FULLWIDTH LEFT SQUARE BRACKET}",
+    "]": "\N{FULLWIDTH RIGHT SQUARE BRACKET}",
+    "<": "\N{FULLWIDTH LESS-THAN SIGN}",
+    ">": "\N{FULLWIDTH GREATER-THAN SIGN}",
+}
+# DingTalk's and WeCom's markdown also read emphasis `*`, a heading `#` and inline code
 _MARKDOWN_LOOKALIKES = str.maketrans(
-    {
-        "[": "\N{FULLWIDTH LEFT SQUARE BRACKET}",
-        "]": "\N{FULLWIDTH RIGHT SQUARE BRACKET}",
-        "<": "\N{FULLWIDTH LESS-THAN SIGN}",
-        ">": "\N{FULLWIDTH GREATER-THAN SIGN}",
-        "*": "\N{ASTERISK OPERATOR}",
-        "#": "\N{FULLWIDTH NUMBER SIGN}",
-        "`": "\N{MODIFIER LETTER GRAVE ACCENT}",
-    }
+    _TAG_AND_LINK
+    | {"*": "\N{ASTERISK OPERATOR}", "#": "\N{FULLWIDTH NUMBER SIGN}", "`": "\N{MODIFIER LETTER GRAVE ACCENT}"}
 )
-
-# Feishu's text message reads `<at user_id="all">` (a mention of everyone), style tags (`<b>`) and
-# `[label](url)` links; it documents no escape either.
-_FEISHU_LOOKALIKES = str.maketrans(
-    {
-        "[": "\N{FULLWIDTH LEFT SQUARE BRACKET}",
-        "]": "\N{FULLWIDTH RIGHT SQUARE BRACKET}",
-        "<": "\N{FULLWIDTH LESS-THAN SIGN}",
-        ">": "\N{FULLWIDTH GREATER-THAN SIGN}",
-    }
-)
+# Feishu's text message reads tags and links only
+_FEISHU_LOOKALIKES = str.maketrans(_TAG_AND_LINK)
 
 
 def slack_value(text: str) -> str:
