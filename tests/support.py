@@ -253,7 +253,8 @@ HOLD_SECONDS = 300.0  # a held answer goes on after this long even if never let 
 @dataclass
 class HeldCdn:
     """Serves a registry's blob storage (as `redirect_to`): the first `serve_first` distinct blobs asked for
-    at once, every other blob's GET held (its headers sent, no body) until `let_go()`."""
+    at once, every other blob's GET held (its headers sent, no body) until `let_go()`, or `let_one_go()` for
+    one of them."""
 
     root: Path
     serve_first: int
@@ -262,9 +263,20 @@ class HeldCdn:
     held: int = 0  # GETs waiting now
     gate: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    passes: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
     def let_go(self) -> None:
         self.gate.set()
+
+    def let_one_go(self) -> None:
+        self.passes.release()
+
+    def hold(self) -> None:
+        """Wait for `let_go()`, or a pass from `let_one_go()`."""
+        deadline = time.monotonic() + HOLD_SECONDS
+        while not self.gate.is_set() and time.monotonic() < deadline:
+            if self.passes.acquire(timeout=0.05):
+                return
 
     def admit(self, digest: str) -> bool:
         """Whether this blob is served at once; else the caller holds it."""
@@ -306,7 +318,7 @@ def held_cdn(root: Path, serve_first: int) -> Iterator[HeldCdn]:
                 return
             if not cdn.admit(blob_digest(self.path)):
                 try:
-                    cdn.gate.wait(HOLD_SECONDS)
+                    cdn.hold()
                 finally:
                     cdn.release_one()
             try:

@@ -199,16 +199,41 @@ def test_target_registry_killed_mid_copy_then_a_rerun_completes(tmp_path: Path) 
 
 
 @contextmanager
-def held_copy(tmp_path: Path) -> Iterator[tuple[LocalRegistry, LocalRegistry, HeldCdn]]:
-    """A seeded source whose blob bytes are held after the first until `let_go()`, and an empty target: a
-    copy that stays under way for as long as a test needs, however loaded the machine."""
-    with held_source(tmp_path / "source", serve_first=1) as (source, cdn):
+def held_copy(tmp_path: Path, serve_first: int = 1) -> Iterator[tuple[LocalRegistry, LocalRegistry, HeldCdn]]:
+    """A seeded source whose blob bytes are held after the first `serve_first` until `let_go()`, and an empty
+    target: a copy that stays under way for as long as a test needs, however loaded the machine."""
+    with held_source(tmp_path / "source", serve_first=serve_first) as (source, cdn):
         target = start_registry(tmp_path / "target")
         try:
             seed_release(source)
             yield source, target, cdn
         finally:
             target.stop()
+
+
+def test_sigterm_lets_an_upload_finish_whose_image_already_failed(tmp_path: Path) -> None:
+    """After SIGTERM a blob waiting for a transfer slot is refused, which fails its image while another of the
+    image's uploads is still under way. That upload gets the grace period too: the run waits for it (the next
+    run then skips it) instead of cutting it off as the run closes."""
+    with held_copy(tmp_path, serve_first=0) as (source, target, cdn):
+        transfer = {"blob_concurrency": 2, "run_blob_concurrency": 2}
+        config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=120, transfer=transfer)
+        err_path = tmp_path / "sync.err"
+        with err_path.open("w") as err_file:
+            process = subprocess.Popen(mirror_command(config), stdout=subprocess.DEVNULL, stderr=err_file, text=True)
+            wait_for(lambda: cdn.held == 2, seconds=60)  # both slots taken, every other blob waits for one
+            process.send_signal(signal.SIGTERM)
+            wait_for(lambda: "finishing in-flight uploads" in err_path.read_text(), seconds=60)
+            cdn.let_one_go()  # a slot frees: the blobs that wait are refused, one by one, failing both images
+            wait_for(lambda: process.poll() is not None or "still under way" in err_path.read_text(), seconds=60)
+            cdn.let_go()
+            process.wait(timeout=60)
+        err = err_path.read_text()
+        assert process.returncode == 143, err
+        assert "upload abandoned" not in err and "Traceback" not in err
+        uploads = [e for e in target.access_log() if "/blobs/uploads/" in e.path and e.method in ("PUT", "DELETE")]
+        assert [(e.method, e.status) for e in uploads] == [("PUT", 201), ("PUT", 201)], uploads
+        assert incomplete_tags(target) == []
 
 
 def test_two_syncs_of_one_target_take_turns(tmp_path: Path) -> None:

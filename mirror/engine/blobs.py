@@ -103,6 +103,9 @@ class TargetBlobs:
                 raise Interrupted(f"blob {blob.digest}: upload abandoned at shutdown") from None
             raise
 
+    def in_flight(self) -> list[asyncio.Future[BlobOutcome]]:
+        return [task for task in self._ensured.values() if not task.done()]
+
     def cancel_pending(self) -> None:
         self.probes.cancel_pending()
         cancel_all(self._ensured)

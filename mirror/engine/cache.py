@@ -5,6 +5,7 @@ that needs it and awaited by every other; nothing here decides anything."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from mirror.engine.blobs import TargetBlobs
 from mirror.engine.clients import Clients, open_client, retry_policy
@@ -21,6 +22,8 @@ from mirror.registry import RegistryClient
 from mirror.settings import MirrorSettings
 
 ReferrerKey = tuple[str, str, str]  # source registry, repository, digest
+
+log = logging.getLogger("mirror")
 
 
 class RunCache:
@@ -111,6 +114,15 @@ class RunCache:
             )
         return client
 
+    async def _let_uploads_finish(self) -> None:
+        """After SIGTERM an image fails as soon as one of its blobs is refused a start, while others of its
+        uploads may still be under way. Those get the grace period as promised (the next run then skips their
+        blobs): the run waits for them here, and the grace period's end cancels them."""
+        uploads = [task for blobs in self.blobs.values() for task in blobs.in_flight()]
+        if uploads:
+            log.warning("%d blob upload(s) still under way: waiting for them within the grace period", len(uploads))
+            await asyncio.wait(uploads)
+
     def cancel_pending(self) -> None:
         """Stop the shared work still under way: the run is abandoned at shutdown, or over."""
         for blobs in self.blobs.values():
@@ -118,7 +130,11 @@ class RunCache:
         cancel_all(self._trees, self._referrers, self._referrer_heads)
 
     async def aclose(self) -> None:
-        self.cancel_pending()
+        try:
+            if self.shutdown.stopping:
+                await self._let_uploads_finish()
+        finally:
+            self.cancel_pending()
         await self.spool.aclose()
         self.notes.save()
         self.last_digests.save()
