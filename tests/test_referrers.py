@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from mirror.reference import api_host
 from mirror.registry import RegistryClient, RegistryError
 from mirror.report import ReleaseResult
 from mirror.settings import MirrorSettings, load_settings
+from tests.faultproxy import Fault, fault_proxy
 from tests.referrersfront import ReferrersFront, stored_referrers
 from tests.support import manifest_bytes, manifest_digest, requests_since, sync_json, with_client, write_config, writes
 from tests.test_sync import VERSION, seed_release
@@ -352,3 +354,31 @@ def test_a_referrers_listing_that_never_ends_is_refused() -> None:
 
     asyncio.run(go())
     assert len(asked) == 100 and asked[-1].endswith("?page=99")
+
+
+def test_a_referrer_that_fails_lets_the_others_finish_before_the_run_ends(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """One artifact's copy failing fails the image's target, but the other artifacts' pushes were already under
+    way: the run waits for them, where they went on writing after it had closed its clients and let go of the
+    target's lock (a `mirror serve` job's writes leaked into the next job; the CLI's exit cut them mid-request)."""
+    signed = signed_release(source)
+    with fault_proxy(target.port) as proxy:
+        refused = Fault("status", method="PUT", path=f"/manifests/{signed.bundle}$", status=400, count=100)
+        slow = Fault("stall", method="PUT", path=r"/manifests/sha256-[0-9a-f]+\.sig$", seconds=3, count=100)
+        proxy.add(refused)
+        proxy.add(slow)
+        settings = load_settings(write_config(tmp_path / "mirror.yaml", source, [proxy]))
+
+        async def run() -> tuple[list[ReleaseResult], list[asyncio.Task[Any]], float]:
+            results = await sync(settings, [VERSION], SyncOptions(), Progress())
+            ended = time.monotonic()
+            return results, [t for t in asyncio.all_tasks() if t is not asyncio.current_task()], ended
+
+        results, left, ended = asyncio.run(run())
+    assert refused.applied > 0 and slow.applied > 0
+    assert any("hami" in line for r in results for line in r.failures())
+    assert left == []
+    writes_after = [e for e in proxy.log if e.at > ended and e.method in ("POST", "PUT", "PATCH", "DELETE")]
+    assert writes_after == []
+    assert manifest_digest(target, "mirrored/hami", next(t for t in signed.legacy if t.endswith(".sig"))) is not None

@@ -23,7 +23,7 @@ from typing import Any
 from mirror.acr import refuses_manifest_class
 from mirror.engine.blobs import TargetBlobs
 from mirror.engine.statecache import ManifestCache
-from mirror.engine.tasks import gather_or_raise
+from mirror.engine.tasks import gather_or_raise, gather_then_raise
 from mirror.engine.tree import ManifestTree
 from mirror.engine.upload import BlobOrigin
 from mirror.oci import OCI_INDEX, Descriptor, Manifest, ManifestError
@@ -181,8 +181,8 @@ async def carry_referrers(
     report = Carried()
     carried: list[Referrer] = []
     keep = attestations == "keep"
-    reasons = await asyncio.gather(
-        *(_copy_artifact(source, target, target_repository, blobs, r, keep) for r in found.referrers)
+    reasons = await gather_then_raise(
+        _copy_artifact(source, target, target_repository, blobs, r, keep) for r in found.referrers
     )
     for referrer, reason in zip(found.referrers, reasons, strict=True):
         if reason is None:

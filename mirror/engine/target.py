@@ -36,6 +36,7 @@ from mirror.engine.policy import signable, source_digest_of
 from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referrers
 from mirror.engine.shutdown import Interrupted
 from mirror.engine.statecache import ManifestCache
+from mirror.engine.tasks import gather_then_raise
 from mirror.engine.tree import manifest_by_digest
 from mirror.engine.verify import Known, Verification, verify_copy
 from mirror.errors import MirrorError
@@ -247,11 +248,9 @@ class TargetStages:
             lambda digest: asyncio.shield(self.cache.source_tree(job, digest)), self.cache.origin_for(job)
         )
         blobs, attestations = self.cache.blobs[ref.repository.registry], ref.target.attestations
-        parts = await asyncio.gather(
-            *(
-                carry_referrers(source, target, ref.repository.name, blobs, digest, each, attestations)
-                for digest, each in zip([resolved.digest, *subjects], found, strict=True)
-            )
+        parts = await gather_then_raise(
+            carry_referrers(source, target, ref.repository.name, blobs, digest, each, attestations)
+            for digest, each in zip([resolved.digest, *subjects], found, strict=True)
         )
         carried = Carried([c for p in parts for c in p.carried], [c for p in parts for c in p.left_out])
         if not (carried.carried or carried.left_out):

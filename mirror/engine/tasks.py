@@ -54,6 +54,16 @@ def _dropped_unless_read(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+async def gather_then_raise(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Run all to their end, then raise the first failure. For writes to a registry that must neither be cut
+    short by a sibling's failure nor outlive their caller (the run closes its clients and locks after it)."""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]  # no failures: every result is a T
+
+
 async def gather_or_raise(awaitables: Iterable[Awaitable[T]]) -> list[T]:
     """Run all, cancel the rest at the first failure, and raise that failure itself (not a group)."""
     tasks: list[asyncio.Task[T]] = []
