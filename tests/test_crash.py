@@ -22,10 +22,14 @@ import yaml
 from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.procstat import run_measured
 from mirror.demo.sample import MiB
+from mirror.engine.shutdown import Shutdown
+from mirror.engine.sync import SyncOptions, sync
 from mirror.engine.verify import verify_copy
 from mirror.oci import DOCKER_CONFIG, OCI_MANIFEST, Manifest
+from mirror.progress import Progress
 from mirror.registry import RegistryClient
 from mirror.registry.options import ClientOptions
+from mirror.settings import load_settings
 from tests.faultproxy import Fault, fault_proxy
 from tests.support import CdnServer, HeldCdn, cdn_server, held_source, manifest_digest, with_client, write_config
 from tests.test_sync import VERSION, seed_release
@@ -173,6 +177,73 @@ def test_sigterm_while_a_shared_look_up_is_under_way_exits_143_without_a_traceba
     assert "abandoned at shutdown" in err
     for repository, tag in IMAGES:
         assert (manifest_digest(target, repository, tag) is not None) == synced_before
+
+
+def test_sigterm_while_waiting_for_the_target_lock_exits_143_at_once(tmp_path: Path) -> None:
+    """A run stopped before it holds its lock has nothing in flight: it leaves at once, copying and writing
+    nothing, where it went on waiting (up to lock_timeout) and then ran the whole sync."""
+    with held_copy(tmp_path) as (source, target, cdn):
+        config = write_config(tmp_path / "mirror.yaml", source, [target], lock_dir=str(tmp_path / "locks"))
+        first = spawn(config)
+        wait_for(lambda: cdn.held > 0, seconds=60)  # the first holds the target's lock, mid-copy
+        err_path = tmp_path / "second.err"
+        with err_path.open("w") as err_file:
+            second = subprocess.Popen(mirror_command(config), stdout=subprocess.DEVNULL, stderr=err_file, text=True)
+            wait_for(lambda: "waiting for another mirror sync of the same target" in err_path.read_text(), 60)
+            second.send_signal(signal.SIGTERM)
+            code = second.wait(timeout=60)  # before the first run lets go of the lock
+        cdn.let_go()
+        _, first_err = first.communicate(timeout=60)
+        err = err_path.read_text()
+        assert code == 143, err
+        assert "stopped while waiting for the lock" in err and "stopped by SIGTERM" in err and "Traceback" not in err
+        assert "verified" not in err and "wrote" not in err
+        assert first.returncode == 0, first_err
+
+
+class StopAtFirstVerified(Progress):
+    """SIGTERM's effect (`Shutdown.request`) the moment the run says an image verified."""
+
+    def __init__(self, shutdown: Shutdown) -> None:
+        super().__init__()
+        self.shutdown = shutdown
+
+    def event(self, message: str) -> None:
+        super().event(message)
+        if "verified" in message:
+            self.shutdown.request(30)
+
+
+def test_what_asks_to_be_told_of_the_grace_periods_end_after_it_ended_is_told_at_once() -> None:
+    async def run() -> list[str]:
+        told: list[str] = []
+        shutdown = Shutdown()
+        shutdown.request(0)
+        await asyncio.sleep(0.01)  # the grace period of 0 s ends at the loop's next turn
+        assert shutdown.abandoned
+        shutdown.on_abandon(lambda: told.append("cancel"))  # a run's cache made after the end: cancelled at once
+        return told
+
+    assert asyncio.run(run()) == ["cancel"]
+
+
+def test_after_sigterm_no_values_are_written_and_no_chart_rendered(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """Writing a chart's values (its render, a chart push) is new work: after SIGTERM it is not started, and the
+    report says why; the next run writes them."""
+    seed_release(source)
+    settings = load_settings(write_config(tmp_path / "mirror.yaml", source, [target]))
+    first = asyncio.run(sync(settings, [VERSION], SyncOptions(), Progress()))
+    written = [v.path for r in first for v in r.values]
+    assert written and all(Path(p).exists() for p in written)
+    for path in written:
+        Path(path).unlink()
+    shutdown = Shutdown()
+    (result,) = asyncio.run(sync(settings, [VERSION], SyncOptions(), StopAtFirstVerified(shutdown), shutdown))
+    assert shutdown.stopping and all(t.verified for image in result.images for t in image.targets)
+    assert result.values == [] and not any(Path(p).exists() for p in written)
+    assert result.errors == ["hami values for t0 not written: not started: the run is shutting down"]
 
 
 def test_target_registry_killed_mid_copy_then_a_rerun_completes(tmp_path: Path) -> None:

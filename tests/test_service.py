@@ -285,9 +285,9 @@ def target_lock_held(tmp_path: Path, target: LocalRegistry, database_url: str | 
 def test_a_job_cut_at_shutdown_is_given_back_without_using_an_attempt(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, backend: str, request: pytest.FixtureRequest
 ) -> None:
-    """A job waiting on its target's lock (another sync holds it) reaches no safe point within the shutdown's
-    grace: the replica cuts it and gives it back to the queue, its attempt too, and the next replica runs it
-    as its first. It stayed `running` until its lease ran out, an attempt spent on every such shutdown."""
+    """A job waiting on its target's lock (another sync holds it) when its replica stops: it stops waiting, and
+    the replica gives it back to the queue, its attempt too, and the next replica runs it as its first. It
+    stayed `running` until its lease ran out, an attempt spent on every such shutdown."""
     seed_release(source)
     database_url = request.getfixturevalue("database_url") if backend == "postgresql" else None
     extra = {"database_url": database_url} if database_url else {}

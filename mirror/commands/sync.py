@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
     except MirrorError as exc:  # nothing was written; bad input exits 2 with nothing sent
         say(exc)
-        return exc.exit_code
+        return _stopped(1) if shutdown.stopping else exc.exit_code
     except KeyboardInterrupt:
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
         return 130
@@ -49,12 +49,13 @@ def run(args: argparse.Namespace) -> int:
     if settings.notify.channels and (args.discover or args.notify):
         tell_on_call(settings, results)
     if shutdown.stopping:
-        print(
-            f"mirror: stopped by SIGTERM; no tag moved for what did not finish ({len(failures)} line(s) above)",
-            file=sys.stderr,
-        )
-        return EXIT_TERMINATED
+        return _stopped(len(failures))
     return EXIT_FAILED if failures else EXIT_OK
+
+
+def _stopped(lines: int) -> int:
+    print(f"mirror: stopped by SIGTERM; no tag moved for what did not finish ({lines} line(s) above)", file=sys.stderr)
+    return EXIT_TERMINATED
 
 
 async def _sync(

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from mirror import database
 from mirror.engine.jobs import ReleaseJob
+from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.errors import MirrorError
 from mirror.settings import MirrorSettings
 
@@ -73,8 +74,11 @@ def uses_database_locks(settings: MirrorSettings) -> bool:
 
 
 @asynccontextmanager
-async def target_locks(settings: MirrorSettings, jobs: list[ReleaseJob], enabled: bool = True) -> AsyncIterator[None]:
-    """Hold every target's lock for the body, watched; raises LockLost after a body that ran while one was lost."""
+async def target_locks(
+    settings: MirrorSettings, jobs: list[ReleaseJob], enabled: bool = True, shutdown: Shutdown | None = None
+) -> AsyncIterator[None]:
+    """Hold every target's lock for the body, watched; raises LockLost after a body that ran while one was lost,
+    and Interrupted if the run is stopped while it waits for one."""
     names = sorted({lock_name(t.registry, t.namespace) for job in jobs for t in job.targets})
     async with AsyncExitStack() as held:
         locks: dict[str, TargetLock] = {}
@@ -84,7 +88,7 @@ async def target_locks(settings: MirrorSettings, jobs: list[ReleaseJob], enabled
                 lock: TargetLock = (
                     AdvisoryLock(settings.database_url or "", name) if database else FileLock(lock_dir(settings) / name)
                 )
-                await held.enter_async_context(_waiting(lock, name, settings.lock_timeout))
+                await held.enter_async_context(_waiting(lock, name, settings.lock_timeout, shutdown or Shutdown()))
                 locks[name] = lock
         async with _watched(locks):
             yield
@@ -146,12 +150,14 @@ class LockWatch:
 
 
 @asynccontextmanager
-async def _waiting(attempts: TargetLock, name: str, wait_limit: float) -> AsyncIterator[None]:
-    """Try the lock until it is ours or `wait_limit` passes; release it on the way out."""
+async def _waiting(attempts: TargetLock, name: str, wait_limit: float, shutdown: Shutdown) -> AsyncIterator[None]:
+    """Try the lock until it is ours, `wait_limit` passes or the run is stopped; release it on the way out."""
     started = time.monotonic()
     announced = False
     try:
         while not await attempts.try_acquire():
+            if shutdown.stopping:
+                raise Interrupted(f"stopped while waiting for the lock on {name}: nothing was copied")
             if time.monotonic() - started >= wait_limit:
                 raise LockTimeout(
                     f"another mirror sync holds the lock on {name} ({attempts.where}; lock_timeout {wait_limit:.0f} s"

@@ -12,6 +12,8 @@ from mirror.errors import Kind, MirrorError
 
 log = logging.getLogger("mirror")
 
+STOPPING = "not started: the run is shutting down"
+
 
 class Interrupted(MirrorError):
     """Work refused or abandoned because the run is shutting down."""
@@ -26,11 +28,14 @@ class Shutdown:
         self._on_abandon: list[Callable[[], None]] = []
 
     def on_abandon(self, callback: Callable[[], None]) -> None:
+        """Have `callback` called when the grace period ends (at once, if it has already)."""
         self._on_abandon.append(callback)
+        if self.abandoned:
+            callback()
 
     def check(self) -> None:
         if self.stopping:
-            raise Interrupted("not started: the run is shutting down")
+            raise Interrupted(STOPPING)
 
     def request(self, grace: float, reason: str = "SIGTERM") -> None:
         """Stop starting work now; abandon what is in flight after `grace` seconds."""

@@ -25,7 +25,7 @@ from mirror.engine.namespaces import prepare_namespaces
 from mirror.engine.plan import apply_policy
 from mirror.engine.policy import signable
 from mirror.engine.referrers import Found
-from mirror.engine.shutdown import Shutdown
+from mirror.engine.shutdown import STOPPING, Shutdown
 from mirror.engine.target import SyncOptions, TargetStages
 from mirror.engine.tree import known_tree
 from mirror.errors import MirrorError
@@ -87,11 +87,16 @@ class Syncer:
     async def run(self, jobs: list[ReleaseJob]) -> list[ReleaseResult]:
         newest = max((j.version for j in jobs), key=version_key, default=None)
         try:
-            return [await self.run_release(job, latest=job.version == newest) for job in jobs]
+            return [await self._release_unless_stopping(job, latest=job.version == newest) for job in jobs]
         finally:
             await self.cache.aclose()
             if self._gate is not None:
                 await self._gate.aclose()
+
+    async def _release_unless_stopping(self, job: ReleaseJob, latest: bool) -> ReleaseResult:
+        if self.shutdown.stopping:
+            return ReleaseResult(job.version, self.options.dry_run, errors=[STOPPING])
+        return await self.run_release(job, latest)
 
     async def run_release(self, job: ReleaseJob, latest: bool) -> ReleaseResult:
         for host in {ref.repository.registry for image in job.images for ref in image.targets}:
@@ -119,6 +124,9 @@ class Syncer:
             return
         client = self.clients[api_host(target.registry)]
         not_written = f"{chart.spec.name} values for {target.name} not written"
+        if self.shutdown.stopping:  # a render and a chart push are new work too
+            result.errors.append(f"{not_written}: {STOPPING}")
+            return
         try:
             delivery = await deliver(self.settings, job, chart, target, result, client, latest)
         except MirrorError as exc:
@@ -272,13 +280,16 @@ async def sync(
     select_targets(settings, list(options.target_names))  # a mistyped --target exits 2 before any request
     if not options.dry_run:
         check_writable(settings.output_dir, "output_dir")
+    shutdown = shutdown or Shutdown()
     own = clients is None
     clients = clients or Clients(settings)
     try:
         charts = await fetch_install_charts(settings, versions, clients)
         jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
         warn_unmatched_rules(settings, jobs)
-        async with target_locks(settings, jobs, enabled=not options.dry_run):
+        shutdown.check()
+        async with target_locks(settings, jobs, enabled=not options.dry_run, shutdown=shutdown):
+            shutdown.check()
             await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
             return await Syncer(settings, clients, options, progress, shutdown).run(jobs)
     finally:

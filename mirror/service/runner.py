@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from mirror import database
 from mirror.engine.clients import Clients
-from mirror.engine.shutdown import Shutdown
+from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.errors import MirrorError
 from mirror.progress import Progress
@@ -131,11 +131,13 @@ class JobRunner:
         started = time.monotonic()
         results: list[ReleaseResult] = []
         error: str | None = None
+        stopped = False  # ended by the stop itself (it came while the job waited for its target's lock)
         try:
             log.info("job started: %s", ", ".join(job["versions"]) if job["versions"] else "discovery")
             results = await self._sync(job, shutdown)
         except MirrorError as exc:  # the job's input, a source, a login, a lock, the output: one line
             error = str(exc)
+            stopped = isinstance(exc, Interrupted)
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")
             error = f"internal error: {type(exc).__name__}: {exc}"
@@ -145,7 +147,7 @@ class JobRunner:
             raise
         try:
             failures = [line for r in results for line in r.failures()]
-            if shutdown.stopping and not error and failures:  # cut short: another replica finishes it
+            if shutdown.stopping and (stopped or (failures and not error)):  # cut short: another replica finishes it
                 await self._give_back(job["id"])
                 return
             ok = not failures and not error
