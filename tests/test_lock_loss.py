@@ -24,15 +24,17 @@ from mirror.settings import load_settings
 from tests.support import held_source, write_config
 from tests.test_sync import VERSION, seed_release
 
+TERMINATED_WITHIN_MS = 60_000
 LOCKS_OF_OTHERS = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
 
 
 def _terminate_lock_sessions(url: str) -> int:
-    """End every session holding an advisory lock, as a server restart or an idle timeout would."""
+    """End every session holding an advisory lock, as a server restart or an idle timeout would. Each is waited
+    for until it has ended (it lets go of its locks as it ends, not when it is told to)."""
     with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as db:
         pids = [row[0] for row in db.execute(LOCKS_OF_OTHERS).fetchall()]
         for pid in pids:
-            db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            db.execute("SELECT pg_terminate_backend(%s, %s)", (pid, TERMINATED_WITHIN_MS))
     return len(pids)
 
 
