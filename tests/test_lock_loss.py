@@ -6,6 +6,8 @@ another run may take the lock."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -82,3 +84,24 @@ def test_a_run_whose_lock_session_ends_stops_and_says_so(
     assert f"lost the target lock on {lock.lock_name(target.host, 'mirrored')}" in str(ended)
     assert "session" in str(ended)
     assert not [w for w in _writes(target) if "/manifests/" in w]  # no manifest, no tag: nothing new started
+
+
+def test_mirror_sync_whose_lock_is_lost_exits_1_naming_the_lock_not_sigterm(
+    tmp_path: Path, target: LocalRegistry, database_url: str
+) -> None:
+    """The command's exit for a lost lock: 1 and the lock's line. A lost lock stops the run as SIGTERM does,
+    but the run was not told to stop (143 would send whoever reads the CronJob's log after a signal)."""
+    with held_source(tmp_path / "source", serve_first=0) as (source, cdn):
+        seed_release(source)
+        config = write_config(tmp_path / "mirror.yaml", source, [target], database_url=database_url, shutdown_grace=1)
+        command = [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config)]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while cdn.held == 0:  # the run holds the target lock, mid-copy
+            assert time.monotonic() < deadline and process.poll() is None, "the run never started copying"
+            time.sleep(0.05)
+        assert _terminate_lock_sessions(database_url) == 1
+        _, err = process.communicate(timeout=120)
+    assert process.returncode == 1, err
+    assert f"lost the target lock on {lock.lock_name(target.host, 'mirrored')}" in err
+    assert "SIGTERM" not in err and "Traceback" not in err

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
     except MirrorError as exc:  # nothing was written; bad input exits 2 with nothing sent
         say(exc)
-        return _stopped(1) if shutdown.stopping else exc.exit_code
+        return _stopped(1) if shutdown.reason == "SIGTERM" else exc.exit_code
     except KeyboardInterrupt:
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
         return 130
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         say(line)
     if settings.notify.channels and (args.discover or args.notify):
         tell_on_call(settings, results)
-    if shutdown.stopping:
+    if shutdown.reason == "SIGTERM":
         return _stopped(len(failures))
     return EXIT_FAILED if failures else EXIT_OK
 

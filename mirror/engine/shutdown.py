@@ -24,6 +24,7 @@ class Interrupted(MirrorError):
 class Shutdown:
     def __init__(self) -> None:
         self.stopping = False
+        self.reason: str | None = None  # what asked first: "SIGTERM", a lost lock, the service's shutdown
         self.abandoned = False
         self._on_abandon: list[Callable[[], None]] = []
 
@@ -41,7 +42,7 @@ class Shutdown:
         """Stop starting work now; abandon what is in flight after `grace` seconds."""
         if self.stopping:
             return
-        self.stopping = True
+        self.stopping, self.reason = True, reason
         log.warning("%s: finishing in-flight uploads for up to %g s, starting nothing new", reason, grace)
         asyncio.get_running_loop().call_later(grace, self.abandon)
 
