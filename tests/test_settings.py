@@ -493,6 +493,11 @@ BOMB = "\n".join(
         ("_env_prefix: ''\n_cli_parse_args: true\n", "'_env_prefix': Extra inputs are not permitted"),
         ("1: one\n", "1: Extra inputs are not permitted"),
         ("targets: [unclosed", "line 1, column 19"),
+        (
+            "registries:\n  a.example: {plain_http: true}\nsource: {registry: b.example}\nregistries: {}\n",
+            "line 4, column 1: key 'registries' appears twice in one mapping (first on line 1)",
+        ),
+        ("values: {extra: {a: 1, b: 2, a: 3}}", "key 'a' appears twice in one mapping"),
     ],
     ids=[
         "not-utf8",
@@ -504,6 +509,8 @@ BOMB = "\n".join(
         "init-keywords",
         "int-key",
         "bad",
+        "key-twice",
+        "nested-key-twice",
     ],
 )
 def test_a_hostile_file_is_one_line_naming_the_file(
@@ -521,6 +528,12 @@ def test_aliases_within_the_bound_still_load(tmp_path: Path) -> None:
     shared = "registries:\n  r.example: &plain {plain_http: true}\n  s.example: *plain\n"
     settings = load_settings(config_file(tmp_path, yaml.safe_dump(VALID) + shared))
     assert settings.registry("s.example").plain_http is True
+
+
+def test_a_merged_mapping_may_repeat_a_key_its_own_keys_override(tmp_path: Path) -> None:
+    shared = "registries:\n  r.example: &base {plain_http: true, http2: true}\n  s.example: {<<: *base, http2: false}\n"
+    settings = load_settings(config_file(tmp_path, yaml.safe_dump(VALID) + shared))
+    assert settings.registry("s.example").plain_http is True and settings.registry("s.example").http2 is False
 
 
 # -- files the config names: readable, UTF-8, not empty, checked before any request ---------------------------

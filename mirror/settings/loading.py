@@ -12,8 +12,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
 from yaml.error import Mark
-from yaml.nodes import Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from mirror.settings.environment import blame_variable, format_validation_error, named_variables, variable_problems
 from mirror.settings.fields import MAX_CONFIG_DEPTH, MAX_CONFIG_NODES, MAX_LINE, ConfigError
@@ -23,12 +24,15 @@ from mirror.untrusted import clip
 
 DEFAULT_CONFIG_PATH = Path("config/mirror.yaml")
 MAX_CONFIG_BYTES = 1024 * 1024  # a config file is a few KiB
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class _ConfigLoader(yaml.SafeLoader):
     """PyYAML's safe loader with two bounds: nesting (the composer recurses once per level, so a file nested
     thousands deep would exhaust the stack) and the values the document stands for with every alias expanded
-    (an alias bomb is a few lines that pydantic and the values writer would walk billions of times)."""
+    (an alias bomb is a few lines that pydantic and the values writer would walk billions of times). A key
+    written twice in one mapping is refused: YAML loaders keep the last silently, and a second `registries:`
+    block would drop the first's logins without a word."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -56,6 +60,21 @@ class _ConfigLoader(yaml.SafeLoader):
         if node is not None and getattr(event, "anchor", None) is not None:
             self._anchored_sizes[id(node)] = self._nodes - before
         return node
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_seen: dict[str, Mark] = {}
+        for key, _ in node.value:
+            if not isinstance(key, ScalarNode) or key.tag == MERGE_TAG:  # `<<:` merges, and keys of its own win
+                continue
+            earlier = first_seen.setdefault(key.value, key.start_mark)
+            if earlier is not key.start_mark:
+                raise ConstructorError(
+                    None,
+                    None,
+                    f"key {key.value!r} appears twice in one mapping (first on line {earlier.line + 1}): merge the two",
+                    key.start_mark,
+                )
+        return super().construct_mapping(node, deep)
 
     def _count(self, nodes: int, mark: Mark | None) -> None:
         self._nodes += nodes
