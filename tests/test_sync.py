@@ -304,3 +304,16 @@ def _sha(data: bytes) -> str:
     import hashlib
 
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_a_target_named_twice_is_synced_once(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_release(source)
+    config = write_config(tmp_path / "mirror.yaml", source, [target])
+    assert main(["sync", VERSION, "--config", str(config), "--target", "t0", "--target", "t0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [[t["target"] for t in image["targets"]] for image in report["images"]] == [["t0"], ["t0"]]
+    assert [v["target"] for v in report["values"]] == ["t0"]
+    pushed = [e.path for e in target.access_log() if e.method == "PUT" and "/manifests/" in e.path]
+    assert len(pushed) == len(set(pushed))

@@ -180,8 +180,9 @@ def helm_repo_flags(repository: str) -> str:
 
 
 def select_targets(settings: MirrorSettings, names: list[str] | None) -> tuple[TargetSettings, ...]:
-    """The targets `--target` names (every target without one); a name the config lacks is a ConfigError."""
-    return tuple(settings.target(name) for name in names) if names else tuple(settings.targets)
+    """The targets `--target` names, each once (every target without one); a name the config lacks is a
+    ConfigError."""
+    return tuple(settings.target(name) for name in dict.fromkeys(names)) if names else tuple(settings.targets)
 
 
 def build_release_jobs(
