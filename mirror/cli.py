@@ -101,8 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
         description=MIRROR_DESCRIPTION,
         epilog=MIRROR_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # `--fo` must not quietly mean --force
     )
     parser.add_argument("--version", action="version", version=f"mirror {__version__}")
+    parser.add_argument("--config", type=Path, metavar="FILE", help=argparse.SUPPRESS)  # as written after the command
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     summary = "copy the images of one or more releases to every target, then write their Helm values"
     sync_cmd = _command(commands, "sync", summary, SYNC_DESCRIPTION, SYNC_EPILOG)
@@ -125,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--notify", action="store_true", help="tell the notify channels what landed or failed (--discover always does)"
     )
     sync_cmd.add_argument("-v", "--verbose", action="store_true", help="log HTTP requests too")
+    sync_cmd.set_defaults(command_parser=sync_cmd)
     summary = "run the service: scheduled discovery, webhooks, the job API"
     serve_cmd = _command(commands, "serve", summary, SERVE_DESCRIPTION, SERVE_EPILOG)
     serve_cmd.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")  # noqa: S104
@@ -141,9 +144,15 @@ def _command(
 ) -> argparse.ArgumentParser:
     """A command with its help as written (examples, config, exit codes) and the `--config` every command takes."""
     command = commands.add_parser(
-        name, help=summary, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+        name,
+        help=summary,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
-    command.add_argument("--config", type=Path, metavar="FILE", help=CONFIG_HELP)
+    # SUPPRESS: given before the command, it is not overwritten by this parser's default
+    command.add_argument("--config", type=Path, metavar="FILE", help=CONFIG_HELP, default=argparse.SUPPRESS)
     return command
 
 
@@ -155,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
 
         _collect_from_here()
         return serve(args.config, args.host, args.port)
-    if bool(args.versions) == args.discover:
-        parser.error("give release versions or --discover, not both")
+    if not args.versions and not args.discover:
+        args.command_parser.error("name a release version (e.g. v2.10.0), or --discover")
+    if args.versions and args.discover:
+        args.command_parser.error("give release versions or --discover, not both")
     from mirror.commands.sync import run
 
     _collect_from_here()

@@ -101,3 +101,35 @@ def test_the_collector_is_paused_for_the_imports_only() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "True"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["sync"], "mirror sync: error: name a release version (e.g. v2.10.0), or --discover"),
+        (["sync", "v2.10.0", "--discover"], "mirror sync: error: give release versions or --discover, not both"),
+    ],
+    ids=["no-version", "both"],
+)
+def test_a_mistyped_command_line_says_what_to_write_under_its_commands_usage(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "usage: mirror sync" in err, err
+
+
+def test_an_option_is_written_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["sync", "v2.10.0", "--dry"])  # argparse took it for --dry-run; `--fo` would have been --force
+    assert exited.value.code == 2 and "unrecognized arguments: --dry" in capsys.readouterr().err
+
+
+def test_config_may_come_before_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere.yaml"
+    for args in (["--config", str(missing), "sync", "v2.10.0"], ["sync", "v2.10.0", "--config", str(missing)]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert str(missing) in err and "not found" in err, err
