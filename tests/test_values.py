@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,20 @@ def test_an_acr_target_publishes_the_chart_at_its_push_host_where_helm_runs() ->
     assert public == f"helm install hami {chart} -n kube-system --version 2.10.0 -f v.yaml"
     beside = helm_command(spec, "2.10.0", "out/hz/hami-2.10.0.tgz", Path("v.yaml"), private=True)
     assert beside == "helm install hami out/hz/hami-2.10.0.tgz -n kube-system -f v.yaml"  # a file needs no login
+
+
+def test_a_values_key_spelt_like_one_of_the_charts_images_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    """A key the chart has no image at is written as given (an image the chart lacks may be pointed at that
+    way), but one spelt like the chart's own is most likely a typo: Helm would ignore it."""
+    settings = settings_for("registry.cn-hangzhou.aliyuncs.com")
+    keys = ["scheduler.extender.imagez", "devicePlugin.image", "devicePlugin.monitor.image", "sidecar.image"]
+    settings = settings.model_copy(
+        update={"images": [settings.images[0].model_copy(update={"values_keys": keys}), settings.images[1]]}
+    )
+    with caplog.at_level(logging.WARNING, logger="mirror"):
+        build_release_jobs(settings, ["v2.10.0"])
+    warned = [r.getMessage() for r in caplog.records if "values_keys" in r.getMessage()]
+    assert warned == [
+        "values_keys: scheduler.extender.imagez is not an image in chart hami 2.10.0: "
+        "did you mean scheduler.extender.image?"
+    ]

@@ -9,7 +9,9 @@ images become the same `ImageJob`: the copy code does not know where its list ca
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -28,6 +30,8 @@ from mirror.settings import (
     TargetSettings,
 )
 from mirror.values import ChartSpec, require_nested_schema
+
+log = logging.getLogger("mirror")
 
 PINNED_TAG_PREFIX = "pinned-"  # the target tag of an image the chart names by digest alone
 
@@ -239,6 +243,7 @@ def _release_chart_job(
         release_image = ReleaseImage(image.name, _platforms(image))
         copy = _index(copies, _Copy(release_image, source, tag))  # even with no key
         keys = tuple(image.values_keys) or tuple(b.key for b in pointable if b.source == source)
+        _warn_near_misses(image.values_keys, by_key, f"chart {spec.name} {chart_version(version)}")
         for key in keys or hami.VALUES_KEYS.get(source.name, ()):
             # the chart's own block keeps its shape and its pinned digest (copied as pinned); a key the chart
             # does not have is written as a registry/repository block
@@ -250,6 +255,14 @@ def _release_chart_job(
     covered = {use.block.key for use in uses}
     unmirrored = tuple(b for b in blocks if b.key not in covered and not _allowed(settings, b.registry))
     return ChartJob(spec, chart_version(version), archive, tuple(uses), unmirrored)
+
+
+def _warn_near_misses(keys: list[str], chart_keys: Mapping[str, ImageBlock], chart: str) -> None:
+    """A configured key the chart has no image at, spelt like one it has: most likely a typo, which would write
+    a key Helm ignores and leave the chart's image where it is."""
+    for key in keys:
+        if key not in chart_keys and (near := difflib.get_close_matches(key, chart_keys, n=1, cutoff=0.8)):
+            log.warning("values_keys: %s is not an image in %s: did you mean %s?", key, chart, near[0])
 
 
 def _tag_to_write(chart_block: ImageBlock | None, tag: str) -> str | None:
