@@ -218,6 +218,7 @@ def test_a_secret_file_that_is_empty_is_refused(tmp_path: Path, capsys: pytest.C
         ("MIRROR_TRANSFER__BLOB_CONCURRENCY", "many", "transfer.blob_concurrency (set by the environment variable "),
         ("MIRROR_SCHEDULE", "99 * * * *", "schedule (set by the environment variable MIRROR_SCHEDULE)"),
         ("MIRROR_TARGETS", "[{not json", "MIRROR_TARGETS: not valid JSON"),
+        ("MIRROR_VALUES__EXTRA", "{bad", "MIRROR_VALUES__EXTRA: not valid JSON for a part of values"),
         (
             "MIRROR_WEBHOOK__SECRET",
             "tiny-s3cret",

@@ -174,9 +174,28 @@ def variable_for(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> str 
 
 
 def blame_variable(message: str, environ: Mapping[str, str]) -> str | None:
+    """The variable whose JSON the settings could not read, from pydantic-settings' message, which names only
+    the top-level field: `MIRROR_VALUES`, or one of the `MIRROR_VALUES__...` below it (those meant as JSON
+    first: a value that opens with `{` or `[`)."""
     match = re.search(r'error parsing value for field "(\w+)" from source "EnvSettingsSource"', message)
-    variable = variable_for((match[1],), environ) if match else None
-    return f"{variable}: not valid JSON for {match[1]}" if match and variable else None
+    if match is None:
+        return None
+    field = match[1]
+    variable = variable_for((field,), environ)
+    if variable is not None:
+        return f"{variable}: not valid JSON for {field}"
+    below = sorted(name for name in environ if name.upper().startswith(f"{ENV_PREFIX}{field.upper()}__"))
+    meant = [name for name in below if environ[name].lstrip()[:1] in ("{", "[") and not _is_json(environ[name])]
+    named = meant or below
+    return f"{' or '.join(named)}: not valid JSON for a part of {field}" if named else None
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def format_validation_error(exc: ValidationError, environ: Mapping[str, str] | None = None) -> str:
