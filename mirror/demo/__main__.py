@@ -106,7 +106,7 @@ def main() -> int:
         for name in ("hami-ack-values.yaml", "hami-webui-values.yaml"):
             values = workdir / "out" / "demo-hangzhou" / name
             print(f"\n--- {values} (removed when the demo ends; --keep keeps it) ---\n{values.read_text()}")
-        print("Run it again: the sources get only HEADs and one referrers listing per image, no manifest or blob GET.")
+        print("Run it again: the sources get only HEADs (what refers to each image included), no manifest or blob GET.")
         marks = {key: len(registry.access_log()) for key, registry in registries.items()}
         code = run(mirror)
         after = [e for key, registry in registries.items() for e in registry.access_log()[marks[key] :]]
