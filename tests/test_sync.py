@@ -237,6 +237,17 @@ def test_unreachable_target_is_one_clear_line(
     assert "registry unreachable" in err and "Traceback" not in err
 
 
+def test_a_registry_speaking_plain_http_asked_in_https_says_so(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_release(source)
+    config = write_config(tmp_path / "mirror.yaml", source, [target], registries={source.host: {"plain_http": True}})
+    assert main(["sync", VERSION, "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert f"resolve {target.host}/mirrored/hami:{VERSION}: registry unreachable: " in err
+    assert "(it answers in plain HTTP, not HTTPS: is it a registry with plain_http on?)" in err
+
+
 def test_unknown_tag_is_one_clear_line(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:

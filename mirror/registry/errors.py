@@ -39,6 +39,8 @@ class RegistryUnreachable(MirrorError):
 
     def __init__(self, action: str, where: str, cause: Exception) -> None:
         reason = clip(str(cause)) or type(cause).__name__
+        if "WRONG_VERSION_NUMBER" in reason:  # what OpenSSL makes of an HTTP answer to its TLS hello
+            reason += " (it answers in plain HTTP, not HTTPS: is it a registry with plain_http on?)"
         super().__init__(f"{action} {where}: registry unreachable: {reason}")
 
 
