@@ -65,6 +65,15 @@ def test_password_is_secret(tmp_path: Path) -> None:
         (lambda d: d["images"][0].update(values_keys=["a..b"]), "images.0.values_keys"),
         (lambda d: d.update(targets=[]), "targets: List should have at least 1 item"),
         (lambda d: d.update(typo_key=1), "typo_key: Extra inputs are not permitted"),
+        (lambda d: d.update(output_dri="out"), "output_dri: Extra inputs are not permitted; did you mean output_dir?"),
+        (
+            lambda d: d["targets"][0].update(namespce="x"),
+            "targets.0.namespce: Extra inputs are not permitted; did you mean namespace?",
+        ),
+        (
+            lambda d: d.update(registries={"r.example": {"plain_htp": True}}),
+            "registries.r.example.plain_htp: Extra inputs are not permitted; did you mean plain_http?",
+        ),
         (lambda d: d["targets"].append(dict(d["targets"][0])), "duplicate name(s) hz"),
         (lambda d: d.update(transfer={"blob_concurrency": 0}), "transfer.blob_concurrency"),
         (

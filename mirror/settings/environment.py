@@ -204,5 +204,40 @@ def format_validation_error(exc: ValidationError, environ: Mapping[str, str] | N
         key = ".".join(str(part) for part in error["loc"]) or "(top level)"
         variable = variable_for(tuple(error["loc"]), environ) if environ is not None else None
         where = f"{key} (set by the environment variable {variable})" if variable else key
-        lines.append("  " + clip(f"{where}: {error['msg']}", MAX_LINE))
+        hint = _nearest_key(tuple(error["loc"])) if error["type"] == "extra_forbidden" else ""
+        lines.append("  " + clip(f"{where}: {error['msg']}{hint}", MAX_LINE))
     return "\n".join(lines)
+
+
+def _nearest_key(loc: tuple[int | str, ...]) -> str:
+    """`; did you mean output_dir?` for a key the settings lack at `loc`, spelt like one they have there."""
+    model = _model_at(loc[:-1])
+    if model is None or not isinstance(loc[-1], str):
+        return ""
+    found = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1)
+    return f"; did you mean {found[0]}?" if found else ""
+
+
+def _model_at(path: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The settings model a key path leads to, through list items and mapping values; None off the models."""
+    annotation: Any = MirrorSettings
+    for part in path:
+        model = _model_of(annotation)
+        if model is not None:
+            field = model.model_fields.get(str(part))
+            if field is None:
+                return None
+            annotation = field.annotation
+            continue
+        annotation = _item(annotation)
+        if annotation is None:
+            return None
+    return _model_of(annotation)
+
+
+def _item(annotation: Any) -> Any:
+    """X for a list[X] or a dict[str, X], else None."""
+    for member in union_members(annotation):
+        if typing.get_origin(member) in (list, tuple) and typing.get_args(member):
+            return typing.get_args(member)[0]
+    return _mapping_value(annotation)
