@@ -3,7 +3,8 @@ scheduler. Served by uvicorn (`mirror serve`) behind the doors of `server.py`.
 
 Bad input is a 4xx with a short reason: a request's headers, path, query and body are checked before they
 reach the store, and what is quoted back is clipped. `serve` checks the state directory and the database
-before uvicorn starts, so an unusable one is one line and exit 2."""
+before uvicorn starts, so an unusable one is one line and exit 2; so is a config that opens no door (no webhook
+secret, API token or schedule); a config's problems are a log record each."""
 
 from __future__ import annotations
 
@@ -349,12 +350,26 @@ def unusable_state(settings: MirrorSettings) -> str | None:
     return None
 
 
+def nothing_to_serve(settings: MirrorSettings) -> str | None:
+    """Why a service with this config could do nothing, as one line; None when it can: without a webhook secret
+    or token, an API token or a schedule, every hook and the job API would answer 401 and no job would ever run,
+    while /readyz said ready."""
+    hook, service = settings.webhook, settings.service
+    doors = (hook.secret, hook.secret_file, hook.dockerhub_token, hook.dockerhub_token_file)
+    if any(door is not None for door in (*doors, service.api_token, service.api_token_file)) or settings.schedule:
+        return None
+    return (
+        "nothing to serve: set webhook.secret_file (or webhook.secret, webhook.dockerhub_token(_file)), "
+        "service.api_token(_file), or schedule"
+    )
+
+
 def serve(config: Path | None, host: str, port: int) -> int:
     logs.configure()
     try:
         settings = load_settings(config)
-    except ConfigError as exc:
-        log.error("%s", exc)
+    except ConfigError as exc:  # a line a key: each its own record
+        logs.error_lines(log, str(exc))
         return 2
     if not 0 < port < 65536:
         log.error("--port %d: expected 1-65535", port)
@@ -365,7 +380,7 @@ def serve(config: Path | None, host: str, port: int) -> int:
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
         return 2
-    problem = unusable_state(settings)
+    problem = nothing_to_serve(settings) or unusable_state(settings)
     if problem is not None:
         log.error("%s", problem)
         return 2

@@ -1,5 +1,6 @@
 """Structured logs: one JSON object a line, with the job id of the job being run. A message is one line of at
-most `MAX_MESSAGE_CHARS`, whatever outside text reached it."""
+most `MAX_MESSAGE_CHARS`, whatever outside text reached it; a problem of several lines (a config file's, a line
+a key) is logged by `error_lines` as one record a line."""
 
 from __future__ import annotations
 
@@ -28,6 +29,22 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry)
+
+
+def error_lines(logger: logging.Logger, problem: str) -> None:
+    """`problem` at error level, one record for each of its lines, so that `kubectl logs` shows them as lines and
+    not as one line with `\\n` in it. Under a heading (a first line ending in ':', as a config file's problems
+    are), each record is the heading and its line: it reads alone. Split at newlines only: any other control
+    character is escaped by the formatter, as in every message."""
+    lines = [line.strip(" ") for line in problem.split("\n")]
+    lines = [line for line in lines if line] or [""]
+    heading, rest = lines[0], lines[1:]
+    if rest and heading.endswith(":"):
+        for line in rest:
+            logger.error("%s %s", heading, line)
+    else:
+        for line in lines:
+            logger.error("%s", line)
 
 
 def configure() -> None:
