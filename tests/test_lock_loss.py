@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,6 +23,9 @@ from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import sync
 from mirror.engine.target import SyncOptions
 from mirror.progress import Progress
+from mirror.service.metrics import Metrics
+from mirror.service.runner import JobRunner
+from mirror.service.store import JobStore
 from mirror.settings import load_settings
 from tests.support import held_source, write_config
 from tests.test_sync import VERSION, seed_release
@@ -105,3 +109,35 @@ def test_mirror_sync_whose_lock_is_lost_exits_1_naming_the_lock_not_sigterm(
     assert process.returncode == 1, err
     assert f"lost the target lock on {lock.lock_name(target.host, 'mirrored')}" in err
     assert "SIGTERM" not in err and "Traceback" not in err
+
+
+def test_a_service_job_whose_lock_is_lost_goes_back_to_the_queue(
+    tmp_path: Path, target: LocalRegistry, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In `mirror serve` a lost target lock (a database failover) is not the job's failure: it goes back to the
+    queue for its next run, which waits for the lock. Its attempt counts, so a database that keeps losing
+    locks ends it after `max_attempts`. It was recorded failed and announced, the release left unsynced."""
+    monkeypatch.setattr(lock, "LOCK_CHECK_SECONDS", 1.0, raising=False)
+    with held_source(tmp_path / "source", serve_first=0) as (source, cdn):
+        seed_release(source)
+        config = write_config(tmp_path / "mirror.yaml", source, [target], database_url=database_url, shutdown_grace=1)
+        settings = load_settings(config)
+        store = JobStore(database_url)
+
+        async def scenario() -> dict[str, Any] | None:
+            runner = JobRunner(settings, store, Metrics())
+            queued, _ = await store.enqueue("ci", [VERSION], "delivery-1")
+            job = await store.claim_next(runner.owner, 60)
+            assert job is not None and job["id"] == queued["id"]
+            run = asyncio.ensure_future(runner.run(job))
+            await _until(lambda: cdn.held > 0, 60, "the job holds the target lock, mid-copy")
+            assert await asyncio.to_thread(_terminate_lock_sessions, database_url) == 1
+            await asyncio.wait_for(run, 120)
+            return await store.get(job["id"])
+
+        try:
+            after = asyncio.run(scenario())
+        finally:
+            store.close()
+    assert after is not None
+    assert (after["state"], after["attempts"], after["owner"]) == ("queued", 1, None)

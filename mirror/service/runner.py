@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from mirror import database
 from mirror.engine.clients import Clients
+from mirror.engine.lock import LockLost
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.errors import MirrorError
@@ -24,7 +25,16 @@ from mirror.progress import Progress
 from mirror.report import ReleaseResult
 from mirror.service.logs import current_job
 from mirror.service.metrics import Metrics
-from mirror.service.store import FAILED, MAX_ERROR_CHARS, QUEUED, SUCCEEDED, JobStore, new_owner_id
+from mirror.service.store import (
+    FAILED,
+    LOST_LOCK,
+    MAX_ERROR_CHARS,
+    QUEUED,
+    SHUTTING_DOWN,
+    SUCCEEDED,
+    JobStore,
+    new_owner_id,
+)
 from mirror.settings import MirrorSettings
 from mirror.untrusted import clip
 
@@ -109,7 +119,7 @@ class JobRunner:
                     await asyncio.wait_for(self.wake.wait(), self.settings.service.poll_seconds)
                 continue
             if self.stopping:  # claimed as this replica began to stop: given back before it starts
-                await self._give_back(job["id"])
+                await self._give_back(job["id"], SHUTTING_DOWN)
                 return
             if job["attempts"] > 1:
                 log.warning("job %s: its lease expired under another replica; taking it over", job["id"])
@@ -131,24 +141,26 @@ class JobRunner:
         started = time.monotonic()
         results: list[ReleaseResult] = []
         error: str | None = None
-        stopped = False  # ended by the stop itself (it came while the job waited for its target's lock)
+        stopped: str | None = None  # why it ended unfinished for no fault of its own, to be given back
         try:
             log.info("job started: %s", ", ".join(job["versions"]) if job["versions"] else "discovery")
             results = await self._sync(job, shutdown)
         except MirrorError as exc:  # the job's input, a source, a login, a lock, the output: one line
             error = str(exc)
-            stopped = isinstance(exc, Interrupted)
+            stopped = _given_back_why(exc, shutdown)
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")
             error = f"internal error: {type(exc).__name__}: {exc}"
         except asyncio.CancelledError:  # cut at shutdown past its grace: back to the queue, its attempt too
             if self.stopping:
-                await asyncio.shield(self._give_back(job["id"]))
+                await asyncio.shield(self._give_back(job["id"], SHUTTING_DOWN))
             raise
         try:
             failures = [line for r in results for line in r.failures()]
-            if shutdown.stopping and (stopped or (failures and not error)):  # cut short: another replica finishes it
-                await self._give_back(job["id"])
+            if shutdown.stopping and failures and not error:
+                stopped = SHUTTING_DOWN
+            if stopped is not None:  # cut short: this replica or another finishes it
+                await self._give_back(job["id"], stopped)
                 return
             ok = not failures and not error
             error = clip(error or "; ".join(failures), MAX_ERROR_CHARS) if error or failures else None
@@ -184,14 +196,16 @@ class JobRunner:
                 return await discover_and_sync(self.settings, options, Progress(), shutdown, clients)
             return await sync(self.settings, job["versions"], options, Progress(), shutdown, clients)
 
-    async def _give_back(self, job_id: str) -> None:
-        """An unfinished job back to the queue for another replica, without using up an attempt."""
+    async def _give_back(self, job_id: str, why: str) -> None:
+        """An unfinished job back to the queue. Cut by a shutdown, its attempt is given back too; cut by a lost
+        target lock (a database failover), it counts, so a database that keeps losing locks ends it after
+        `max_attempts` runs."""
         try:
-            left = await self.store.release(job_id, self.owner)
+            left = await self.store.release(job_id, self.owner, why, refund=why == SHUTTING_DOWN)
             if left == QUEUED:
-                log.warning("job %s given back to the queue unfinished: this replica is shutting down", job_id)
+                log.warning("job %s given back to the queue unfinished: cut short %s", job_id, why)
             elif left == FAILED:
-                log.warning("job %s ended unfinished: this replica is shutting down, its follow-up job runs", job_id)
+                log.warning("job %s ended unfinished: cut short %s; its follow-up job runs", job_id, why)
         except Exception as exc:  # the database is away: the lease runs out and another replica takes it
             log.error("could not give job %s back (%s); it runs again when its lease expires", job_id, clip(str(exc)))
 
@@ -238,3 +252,12 @@ class JobRunner:
                 log.error("lost the lease on job %s; stopping this copy of it", job_id)
                 shutdown.request(0, "lease lost")
                 return
+
+
+def _given_back_why(exc: MirrorError, shutdown: Shutdown) -> str | None:
+    """Why a job that raised goes back to the queue rather than failing: the replica stopped it (while it waited
+    for its target's lock), or its target lock was lost (another run may hold it now; the job's next run waits
+    for it). None for a failure of the job's own."""
+    if isinstance(exc, LockLost):
+        return LOST_LOCK
+    return SHUTTING_DOWN if isinstance(exc, Interrupted) and shutdown.stopping else None

@@ -78,6 +78,8 @@ DISCOVERY = "discover"  # the release key of a discovery job
 ENQUEUE_ATTEMPTS = 5
 MAX_DELIVERY_CHARS = 200  # the delivery columns' length
 MAX_ERROR_CHARS = 500  # a job's error as stored (and so as served and logged)
+SHUTTING_DOWN = "by a replica shutting down"  # why a job is given back, as its record says
+LOST_LOCK = "by the loss of its target lock"
 MAX_ATTEMPTS = 3  # service.max_attempts's default
 Clock = Callable[[], float]  # seconds since the epoch
 
@@ -353,11 +355,11 @@ class JobStore:
 
         return await self._run(work)
 
-    async def release(self, job_id: str, owner: str) -> str | None:
-        """Give an unfinished job back to the queue (a replica shutting down), for another replica to take;
-        its claim is given back too, so shutdowns never count towards `max_attempts`. Where a follow-up job of
-        its release waits, that one is queued to run the release in its place and this one ends failed, saying so.
-        The state it was left in; None (nothing written) when `owner` does not hold it."""
+    async def release(self, job_id: str, owner: str, why: str = SHUTTING_DOWN, refund: bool = True) -> str | None:
+        """Give an unfinished job back to the queue (a replica shutting down, a lost target lock), for a replica to
+        take; with `refund` its claim is given back too, so shutdowns never count towards `max_attempts`. Where a
+        follow-up job of its release waits, that one is queued to run the release in its place and this one ends
+        failed, saying `why`. The state it was left in; None (nothing written) when `owner` does not hold it."""
 
         def work(db: Connection) -> str | None:
             held = db.execute(select(jobs.c.release_key).where(_held(job_id, owner))).first()
@@ -366,9 +368,10 @@ class JobStore:
             follow_up = db.execute(select(jobs.c.id).where(jobs.c.release_key == held.release_key, _waiting)).first()
             values: dict[str, Any]
             if follow_up is None:
-                values = {"state": QUEUED, "owner": None, "lease_expires_at": None, "attempts": jobs.c.attempts - 1}
+                attempts = jobs.c.attempts - 1 if refund else jobs.c.attempts
+                values = {"state": QUEUED, "owner": None, "lease_expires_at": None, "attempts": attempts}
             else:
-                error = f"cut short by a replica shutting down; job {follow_up.id}, queued after it, runs its release"
+                error = f"cut short {why}; job {follow_up.id}, queued after it, runs its release"
                 values = {"state": FAILED, "finished_at": self._now(db), "error": error}
             released = db.execute(update(jobs).where(_held(job_id, owner)).values(**values))
             if not released.rowcount:
