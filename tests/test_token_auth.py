@@ -237,6 +237,7 @@ def test_no_credentials_for_a_private_target_is_access_denied(world: World, caps
     code, output = run_cli(["sync", VERSION, "--config", str(world.config())], capsys)
     assert code == 1
     assert f"access denied to mirrored/hami at {world.target.host}" in output
+    assert "(no credentials for this registry: it refused anonymous access)" in output  # set a login for it
     assert len([r for r in world.tokens.requests if r.service.startswith("target")]) <= 4
 
 

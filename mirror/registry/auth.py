@@ -278,7 +278,11 @@ class RegistryAuth(httpx.Auth):
         """Where the credentials that were refused came from (the config, a docker config and its entry, a
         credential helper), so a refusal says which to mend; never what they hold."""
         credentials = self._credentials
-        return f" (credentials from {credentials.origin})" if credentials is not None and credentials.origin else ""
+        if credentials is None and self._credentials_loaded:
+            return " (no credentials for this registry: it refused anonymous access)"
+        if credentials is None:
+            return ""
+        return f" (credentials from {credentials.origin})" if credentials.origin else ""
 
 
 def _asked_anew(credentials: Credentials) -> bool:
