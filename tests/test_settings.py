@@ -59,6 +59,14 @@ def test_password_is_secret(tmp_path: Path) -> None:
     [
         (lambda d: d["targets"][0].pop("namespace"), "targets.0.namespace: Field required"),
         (lambda d: d["targets"][0].update(registry="no spaces allowed"), "targets.0.registry"),
+        (
+            lambda d: d["targets"][0].update(registry="https://registry.cn-hangzhou.aliyuncs.com/"),
+            "write the host alone ('registry.cn-hangzhou.aliyuncs.com'; plain_http under registries: for http)",
+        ),
+        (
+            lambda d: d["targets"][0].update(registry="registry.cn-hangzhou.aliyuncs.com/my-ns"),
+            "write the host alone ('registry.cn-hangzhou.aliyuncs.com')",
+        ),
         (lambda d: d["images"][0].update(tag="{release}"), "images.0.tag"),
         (lambda d: d["images"][0].update(name="a/b"), "images.0.name"),
         (lambda d: d["images"][0].update(source="Upper/Case"), "images.0.source"),
