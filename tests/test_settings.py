@@ -179,7 +179,7 @@ LOAD_MISTAKES = [
     (
         with_changes(registries={"r.example": {"password": "x", "password_env": "X"}}),
         "registries.r.example",
-        "not several",
+        "password: give one of password, password_env, not several",
     ),
     (
         with_changes(signatures={"require": [{"repositories": ["projecthami/*"], "issuer": "https://i.example"}]}),

@@ -68,8 +68,9 @@ def secret_bytes(value: SecretStr | None, path: Path | None) -> bytes | None:
 
 
 def secret_from(what: str, env: str | None, file: Path | None) -> str:
-    """A secret named by an environment variable or a file, read (and checked) at load; never kept in the model."""
-    one_source(what, env=env, file=file)
+    """A secret named by an environment variable or a file (the fields `<what>_env`, `<what>_file`), read (and
+    checked) at load; never kept in the model."""
+    one_source(what, **{f"{what}_env": env, f"{what}_file": file})
     if env is not None:
         value = secret_text(os.environ.get(env, ""))
         if not value:

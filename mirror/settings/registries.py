@@ -87,7 +87,7 @@ class RegistrySettings(Section):
 
     @model_validator(mode="after")
     def _one_password(self) -> Self:
-        one_source("password", password=self.password, file=self.password_file, env=self.password_env)
+        one_source("password", password=self.password, password_file=self.password_file, password_env=self.password_env)
         given = self._password_key()
         if self.aliyun is not None and (self.username or given):
             raise ValueError("aliyun: logs in with a RAM identity; give no username or password with it")
