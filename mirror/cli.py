@@ -113,7 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--discover", action="store_true", help="mirror the source releases that the discovery filter selects"
     )
     sync_cmd.add_argument("--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)")
-    sync_cmd.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
+    sync_cmd.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan; push nothing, write no values (state_dir keeps its caches)",
+    )
     sync_cmd.add_argument("--deep", action="store_true", help="verify by re-reading every target blob's sha256")
     sync_cmd.add_argument("--force", action="store_true", help="overwrite a target tag that points elsewhere")
     printed = sync_cmd.add_mutually_exclusive_group()
