@@ -328,3 +328,16 @@ def test_a_target_named_twice_is_synced_once(
     assert [v["target"] for v in report["values"]] == ["t0"]
     pushed = [e.path for e in target.access_log() if e.method == "PUT" and "/manifests/" in e.path]
     assert len(pushed) == len(set(pushed))
+
+
+def test_a_registries_entry_no_source_or_target_uses_is_warned_of(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Settings under a misspelt host are never applied (a login never sent: the 401 would name no config key)."""
+    seed_release(source)
+    misspelt = "registry.cn-hangzhou.aliyuncs.co"
+    registries = {source.host: {"plain_http": True}, target.host: {"plain_http": True}, misspelt: {"http2": True}}
+    config = write_config(tmp_path / "mirror.yaml", source, [target], registries=registries)
+    assert main(["sync", VERSION, "--config", str(config)]) == 0
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("registries:")]
+    assert len(warned) == 1 and f"registries: {misspelt} is a host no source, target or chart uses" in warned[0]

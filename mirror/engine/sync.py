@@ -14,6 +14,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from mirror.chart.source import ChartLocation
 from mirror.engine.cache import RunCache
 from mirror.engine.charts import fetch_install_charts
 from mirror.engine.clients import Clients, retry_policy
@@ -287,6 +288,7 @@ async def sync(
         charts = await fetch_install_charts(settings, versions, clients)
         jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
         warn_unmatched_rules(settings, jobs)
+        warn_unused_registries(settings, jobs)
         shutdown.check()
         async with target_locks(settings, jobs, enabled=not options.dry_run, shutdown=shutdown):
             shutdown.check()
@@ -304,6 +306,21 @@ def warn_unmatched_rules(settings: MirrorSettings, jobs: list[ReleaseJob]) -> No
     repositories = {(image.source.registry, image.source.name) for job in jobs for image in job.images}
     for pattern in settings.signatures.unmatched(repositories):
         log.warning("signatures.require: %r names no image of this run: no signature is checked for it", pattern)
+
+
+def warn_unused_registries(settings: MirrorSettings, jobs: list[ReleaseJob]) -> None:
+    """A `registries:` entry for a host no source, target or chart of the config uses is never applied: most
+    likely a misspelt host, whose login the run then never sends (the registry's 401 names no config key)."""
+    hosts = {image.source.registry for job in jobs for image in job.images}
+    hosts |= {settings.source.registry, *(target.registry for target in settings.targets)}
+    repositories = [settings.chart.repository] if settings.chart is not None else []
+    repositories += [chart.repository for chart in settings.charts]
+    locations = [ChartLocation(repository, "") for repository in repositories]
+    hosts |= {location.oci_parts()[0] for location in locations if location.is_oci}
+    used = {api_host(host) for host in hosts}
+    for key in settings.registries:
+        if api_host(key) not in used:
+            log.warning("registries: %s is a host no source, target or chart uses: is it misspelt?", key)
 
 
 async def discover_and_sync(
