@@ -11,7 +11,7 @@ import signal
 import sys
 
 from mirror.chart.proof import Proof
-from mirror.engine.shutdown import Shutdown
+from mirror.engine.shutdown import SIGTERM, Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.errors import MirrorError
 from mirror.progress import progress_for
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
     except MirrorError as exc:  # nothing was written; bad input exits 2 with nothing sent
         say(exc)
-        return _stopped(1) if shutdown.reason == "SIGTERM" else exc.exit_code
+        return _stopped(1) if shutdown.reason == SIGTERM else exc.exit_code
     except KeyboardInterrupt:
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
         return 130
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         say(line)
     if settings.notify.channels and (args.discover or args.notify):
         tell_on_call(settings, results)
-    if shutdown.reason == "SIGTERM":
+    if shutdown.reason == SIGTERM:
         return _stopped(len(failures))
     return EXIT_FAILED if failures else EXIT_OK
 
@@ -63,7 +63,7 @@ async def _sync(
 ) -> list[ReleaseResult]:
     """Run the sync with SIGTERM meaning: start nothing new, give in-flight uploads a grace period."""
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, shutdown.request, settings.shutdown_grace)
+    loop.add_signal_handler(signal.SIGTERM, shutdown.request, settings.shutdown_grace, SIGTERM)
     try:
         if discover:
             return await discover_and_sync(settings, options, progress_for(sys.stderr), shutdown)

@@ -13,6 +13,7 @@ from mirror.errors import Kind, MirrorError
 log = logging.getLogger("mirror")
 
 STOPPING = "not started: the run is shutting down"
+SIGTERM = "SIGTERM"  # the reason `mirror sync`'s signal handler gives (exit 143 says it)
 
 
 class Interrupted(MirrorError):
@@ -38,7 +39,7 @@ class Shutdown:
         if self.stopping:
             raise Interrupted(STOPPING)
 
-    def request(self, grace: float, reason: str = "SIGTERM") -> None:
+    def request(self, grace: float, reason: str = SIGTERM) -> None:
         """Stop starting work now; abandon what is in flight after `grace` seconds."""
         if self.stopping:
             return
