@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.sample import MiB, push_single
+from mirror.engine import fanout
 from mirror.engine.fanout import Spool
 from mirror.engine.upload import RegistryOrigin
 from mirror.oci import Descriptor
@@ -103,6 +105,27 @@ def test_a_spool_left_by_a_killed_run_is_swept_by_the_next_and_a_live_one_kept(
     finally:
         running.kill()
         running.wait(timeout=60)
+
+
+def test_a_spool_being_made_is_not_swept_by_another_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another run's sweep at the worst moment, as this run's spool locks its owner file: the spool stays."""
+    spool = Spool(max_bytes=MiB, chunk_size=MiB, directory=tmp_path)
+    real_flock = fcntl.flock
+    swept: list[Path] = []
+
+    def flock_after_a_sweep(fd: int, operation: int) -> None:
+        if not swept and operation == fcntl.LOCK_EX:
+            swept.append(tmp_path)
+            fanout.sweep_stale_spools(tmp_path)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_sweep)
+    made = spool._directory()
+    assert swept and made.is_dir() and (made / fanout.OWNER_FILE).is_file()
+    monkeypatch.setattr(fcntl, "flock", real_flock)
+    assert fanout.sweep_stale_spools(tmp_path) == []  # locked: its run is alive
+    asyncio.run(spool.aclose())
+    assert not made.exists()
 
 
 def test_a_reader_behind_a_failed_spool_download_reads_its_own_bytes_while_the_next_one_runs(

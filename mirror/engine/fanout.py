@@ -170,8 +170,12 @@ class Spool:
             if self._parent is not None:
                 self._parent.mkdir(parents=True, exist_ok=True)
             self._dir = Path(tempfile.mkdtemp(prefix=SPOOL_PREFIX, dir=self._parent))
-            self._owner = os.open(self._dir / OWNER_FILE, os.O_CREAT | os.O_RDWR, 0o600)
+            # locked before it takes its name: another run's sweep that found the owner file unlocked, between
+            # its making and its locking, would remove the spool in use
+            unnamed = self._dir / f"{OWNER_FILE}.new"
+            self._owner = os.open(unnamed, os.O_CREAT | os.O_RDWR, 0o600)
             fcntl.flock(self._owner, fcntl.LOCK_EX)
+            unnamed.rename(self._dir / OWNER_FILE)
         return self._dir
 
     def _room_for(self, size: int) -> bool:
