@@ -136,6 +136,7 @@ def write_config(
         ],
         "output_dir": str(path.parent / "out"),
         "state_dir": str(path.parent / "state"),
+        "spool": {"dir": str(path.parent / "spool")},  # the test's own, not the machine's temporary directory
         "registries": {r.host: {"plain_http": True} for r in [source, *targets]},
         "retry": {"base_delay": 0.05, "max_delay": 0.5, "max_elapsed": 30},
         # images that are not HAMi's leave HAMi's keys on Docker Hub: say so in the file, do not refuse it
