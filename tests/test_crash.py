@@ -179,28 +179,6 @@ def test_sigterm_while_a_shared_look_up_is_under_way_exits_143_without_a_traceba
         assert (manifest_digest(target, repository, tag) is not None) == synced_before
 
 
-def test_sigterm_while_waiting_for_the_target_lock_exits_143_at_once(tmp_path: Path) -> None:
-    """A run stopped before it holds its lock has nothing in flight: it leaves at once, copying and writing
-    nothing, where it went on waiting (up to lock_timeout) and then ran the whole sync."""
-    with held_copy(tmp_path) as (source, target, cdn):
-        config = write_config(tmp_path / "mirror.yaml", source, [target], lock_dir=str(tmp_path / "locks"))
-        first = spawn(config)
-        wait_for(lambda: cdn.held > 0, seconds=60)  # the first holds the target's lock, mid-copy
-        err_path = tmp_path / "second.err"
-        with err_path.open("w") as err_file:
-            second = subprocess.Popen(mirror_command(config), stdout=subprocess.DEVNULL, stderr=err_file, text=True)
-            wait_for(lambda: "waiting for another mirror sync of the same target" in err_path.read_text(), 60)
-            second.send_signal(signal.SIGTERM)
-            code = second.wait(timeout=60)  # before the first run lets go of the lock
-        cdn.let_go()
-        _, first_err = first.communicate(timeout=60)
-        err = err_path.read_text()
-        assert code == 143, err
-        assert "stopped while waiting for the lock" in err and "stopped by SIGTERM" in err and "Traceback" not in err
-        assert "verified" not in err and "wrote" not in err
-        assert first.returncode == 0, first_err
-
-
 class StopAtFirstVerified(Progress):
     """SIGTERM's effect (`Shutdown.request`) the moment the run says an image verified."""
 
@@ -307,25 +285,48 @@ def test_sigterm_lets_an_upload_finish_whose_image_already_failed(tmp_path: Path
         assert incomplete_tags(target) == []
 
 
-def test_two_syncs_of_one_target_take_turns(tmp_path: Path) -> None:
+@contextmanager
+def waiting_behind_the_lock(
+    tmp_path: Path, *args: str, stdout: int
+) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str], Path, HeldCdn]]:
+    """A first sync holding the target's lock mid-copy (its blobs held until `let_go()`), and a second one
+    started after it, waiting for the lock: both processes, the second's stderr file, and the CDN."""
     with held_copy(tmp_path) as (source, target, cdn):
         config = write_config(tmp_path / "mirror.yaml", source, [target], lock_dir=str(tmp_path / "locks"))
         first = spawn(config)
         wait_for(lambda: cdn.held > 0, seconds=60)  # the first holds the target's lock, mid-copy
-        second_err_path = tmp_path / "second.err"
-        with second_err_path.open("w") as second_err_file:
-            second = subprocess.Popen(
-                mirror_command(config, "--json"), stdout=subprocess.PIPE, stderr=second_err_file, text=True
-            )
-            wait_for(lambda: "waiting for another mirror sync of the same target" in second_err_path.read_text(), 60)
-            cdn.let_go()
-            _, first_err = first.communicate(timeout=60)
-            second_out, _ = second.communicate(timeout=60)
+        err_path = tmp_path / "second.err"
+        with err_path.open("w") as err_file:
+            second = subprocess.Popen(mirror_command(config, *args), stdout=stdout, stderr=err_file, text=True)
+            wait_for(lambda: "waiting for another mirror sync of the same target" in err_path.read_text(), 60)
+            yield first, second, err_path, cdn
+
+
+def test_two_syncs_of_one_target_take_turns(tmp_path: Path) -> None:
+    with waiting_behind_the_lock(tmp_path, "--json", stdout=subprocess.PIPE) as (first, second, err_path, cdn):
+        cdn.let_go()
+        _, first_err = first.communicate(timeout=60)
+        second_out, _ = second.communicate(timeout=60)
         assert first.returncode == 0, first_err
-        assert second.returncode == 0, second_err_path.read_text()
+        assert second.returncode == 0, err_path.read_text()
         # the second run went on once the first had finished: everything was already there
         actions = [t["action"] for i in yaml.safe_load(second_out)["images"] for t in i["targets"]]
         assert actions == ["up-to-date", "up-to-date"]
+
+
+def test_sigterm_while_waiting_for_the_target_lock_exits_143_at_once(tmp_path: Path) -> None:
+    """A run stopped before it holds its lock has nothing in flight: it leaves at once, copying and writing
+    nothing, where it went on waiting (up to lock_timeout) and then ran the whole sync."""
+    with waiting_behind_the_lock(tmp_path, stdout=subprocess.DEVNULL) as (first, second, err_path, cdn):
+        second.send_signal(signal.SIGTERM)
+        code = second.wait(timeout=60)  # before the first run lets go of the lock
+        cdn.let_go()
+        _, first_err = first.communicate(timeout=60)
+        err = err_path.read_text()
+        assert code == 143, err
+        assert "stopped while waiting for the lock" in err and "stopped by SIGTERM" in err and "Traceback" not in err
+        assert "verified" not in err and "wrote" not in err
+        assert first.returncode == 0, first_err
 
 
 def test_a_sync_waiting_too_long_for_the_lock_gives_up(tmp_path: Path) -> None:
