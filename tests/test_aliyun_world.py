@@ -571,18 +571,19 @@ def test_refusals_carry_the_real_codes(aliyun_world: AliyunWorld) -> None:
     assert summary["leaks"] == []
 
 
-@pytest.mark.parametrize("aliyun_world", [{"login_seconds": 5}], indirect=True)
+@pytest.mark.parametrize("aliyun_world", [{"login_seconds": 15}], indirect=True)
 def test_a_login_past_its_lifetime_is_refused_like_a_wrong_password(aliyun_world: AliyunWorld) -> None:
     out = aliyun_world.inside("lapsing_login")
     summary = aliyun_world.stop()
 
-    assert 3 < out["lifetime"] <= 5
+    # the lifetime issued (not a default), less the child's own way from the issue to its clock reading
+    assert 5 < out["lifetime"] <= 15
     assert out["fresh"] == 200
     assert out["lapsed"] == 401 and out["lapsed_body"] == out["wrong_body"]
     assert [r["credential"] for r in summary["realm_logins"]] == ["valid", "expired", "unknown"]
 
 
-@pytest.mark.parametrize("aliyun_world", [{"sts_seconds": 6}], indirect=True)
+@pytest.mark.parametrize("aliyun_world", [{"sts_seconds": 15}], indirect=True)
 def test_sts_credentials_bound_the_login_and_lapse(aliyun_world: AliyunWorld) -> None:
     out = aliyun_world.inside("sts_bounded")
     summary = aliyun_world.stop()
@@ -590,7 +591,7 @@ def test_sts_credentials_bound_the_login_and_lapse(aliyun_world: AliyunWorld) ->
     assert out["expire_time"] == out["sts_expiration"] * 1000  # the login ends with the STS credentials
     assert out["after"]["code"] == "InvalidSecurityToken.Expired" and out["after"]["status"] == 400
     assert out["realm_after"] == 401
-    assert [c["lifetime"] for c in summary["sts_calls"]] == [6]
+    assert [c["lifetime"] for c in summary["sts_calls"]] == [15]
 
 
 @pytest.mark.parametrize("aliyun_world", [{"slow_blobs": 1.5}], indirect=True)

@@ -37,8 +37,9 @@ BASIC = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 BEARER = "SECRET-BEARER-TOKEN"
 HOST = "reg.test"
 SESSION = "/v2/ns/app/blobs/uploads/abc?_state=opaque"
-# Generous: the quadratic parse took over 30 s for 100 KB; the linear one takes milliseconds.
-HOSTILE_BOUND_SECONDS = 2.0
+# Seconds of CPU (time.process_time), which a loaded machine does not stretch as it does the wall clock: the
+# quadratic parse took over 30 s of CPU for each 100 KB header; the linear one takes milliseconds.
+HOSTILE_CPU_SECONDS = 10.0
 
 
 # -- an https registry's credentials over plain HTTP ---------------------------------------------------------
@@ -224,9 +225,9 @@ HOSTILE = {
 def test_challenges_parse_as_before_and_a_100_kb_hostile_one_at_once() -> None:
     for header, expected in CHALLENGES.items():
         assert parse_challenge(header) == expected, header
-    started = time.monotonic()
+    started = time.process_time()
     parsed = {name: parse_challenge(header) for name, header in HOSTILE.items()}
-    assert time.monotonic() - started < HOSTILE_BOUND_SECONDS
+    assert time.process_time() - started < HOSTILE_CPU_SECONDS
     assert parsed == {
         "one name, no =": Challenge("bearer", {}),
         "a long name, then a lone =": Challenge("bearer", {}),
@@ -257,10 +258,10 @@ def test_a_registry_answering_with_a_100_kb_challenge_fails_at_once() -> None:
             finally:
                 await client.aclose()
 
-        started = time.monotonic()
+        started = time.process_time()  # the client's and the server thread's CPU: the parse is what it bounds
         with pytest.raises(RegistryError) as refused:
             asyncio.run(go())
-        assert time.monotonic() - started < HOSTILE_BOUND_SECONDS
+        assert time.process_time() - started < HOSTILE_CPU_SECONDS
     assert str(refused.value) == f"resolve {host}/ns/app:v1: 401"
 
 

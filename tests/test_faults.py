@@ -27,6 +27,9 @@ from tests.test_sync import VERSION, seed_release
 
 BLOB = r"/blobs/sha256:"
 MANIFEST = r"/manifests/"
+# seconds: short, so a stall times out soon, yet long enough that no request a loaded machine answers slowly
+# times out too, let alone every try of one
+READ_TIMEOUT = 5.0
 
 
 def sync(tmp_path: Path, source: Any, target: Any, *args: str, **extra: Any) -> int:
@@ -54,7 +57,7 @@ def faults_applied(proxy: FaultProxy, kind: str) -> int:
         Fault("status", method="GET", path=BLOB, status=500, count=2),
         Fault("reset_response", method="GET", path=BLOB, after_bytes=100_000, count=2),
         Fault("reset_response", method="GET", path=MANIFEST, after_bytes=10, count=1),
-        Fault("stall", method="GET", path=BLOB, seconds=2.0, count=1),
+        Fault("stall", method="GET", path=BLOB, seconds=10.0, count=1),  # past READ_TIMEOUT: the read times out
         Fault("corrupt", method="GET", path=BLOB, after_bytes=1000, count=1),
     ],
     ids=["503-manifest", "502-head", "500-blob", "reset-blob", "reset-manifest", "stall-blob", "corrupt-blob"],
@@ -64,7 +67,7 @@ def test_transient_source_faults_are_survived(
 ) -> None:
     seed_release(source)
     source_proxy.add(fault)
-    assert sync(tmp_path, source_proxy, target, "--deep", transfer={"read_timeout": 1.0}) == 0
+    assert sync(tmp_path, source_proxy, target, "--deep", transfer={"read_timeout": READ_TIMEOUT}) == 0
     assert faults_applied(source_proxy, fault.kind) == fault.count
     assert_mirrored(target, source)
 

@@ -63,7 +63,7 @@ def test_three_replicas_run_each_of_twenty_deliveries_exactly_once(
     hami, _ = seed_release(source)
     index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
     with_client(source, lambda c: _tag_all(c, index))
-    config = service_config(tmp_path, source, target, database_url=database_url)
+    config = service_config(tmp_path, source, target, service={"lease_seconds": LEASE}, database_url=database_url)
     services = replicas(config, 3)
     try:
         rng = random.Random(11)

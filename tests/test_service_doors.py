@@ -321,7 +321,9 @@ def test_a_slow_body_is_answered_408_and_the_connection_closed(fast_doors: Servi
 
 
 def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
-    keepalive = {"keepalive_seconds": 2, "header_seconds": 60}
+    # 10 s: long enough that the second request surely goes out before the first answer's connection idles
+    # out, well within BOUND for the close
+    keepalive = {"keepalive_seconds": 10, "header_seconds": 60}
     with running(nowhere_config(tmp_path, service=keepalive)) as service, connect(service) as idle:
         first = keep_alive_get(idle)
         assert first.startswith(b"HTTP/1.1 200 ") and b'"status":"ok"' in first
