@@ -147,7 +147,7 @@ class JobRunner:
             results = await self._sync(job, shutdown)
         except MirrorError as exc:  # the job's input, a source, a login, a lock, the output: one line
             error = str(exc)
-            stopped = _given_back_why(exc, shutdown)
+            stopped = _given_back_why(exc, shutdown, job["attempts"] < self.settings.service.max_attempts)
         except Exception as exc:  # a bug: record it on the job and keep serving
             log.exception("job crashed")
             error = f"internal error: {type(exc).__name__}: {exc}"
@@ -198,8 +198,7 @@ class JobRunner:
 
     async def _give_back(self, job_id: str, why: str) -> None:
         """An unfinished job back to the queue. Cut by a shutdown, its attempt is given back too; cut by a lost
-        target lock (a database failover), it counts, so a database that keeps losing locks ends it after
-        `max_attempts` runs."""
+        target lock (a database failover), it counts (`_given_back_why` fails it on its last)."""
         try:
             left = await self.store.release(job_id, self.owner, why, refund=why == SHUTTING_DOWN)
             if left == QUEUED:
@@ -254,10 +253,11 @@ class JobRunner:
                 return
 
 
-def _given_back_why(exc: MirrorError, shutdown: Shutdown) -> str | None:
+def _given_back_why(exc: MirrorError, shutdown: Shutdown, attempts_left: bool) -> str | None:
     """Why a job that raised goes back to the queue rather than failing: the replica stopped it (while it waited
     for its target's lock), or its target lock was lost (another run may hold it now; the job's next run waits
-    for it). None for a failure of the job's own."""
+    for it) with attempts left: a queued job is claimed whatever its count, so the last one fails it. None for a
+    failure of the job's own."""
     if isinstance(exc, LockLost):
-        return LOST_LOCK
+        return LOST_LOCK if attempts_left else None
     return SHUTTING_DOWN if isinstance(exc, Interrupted) and shutdown.stopping else None
