@@ -35,7 +35,8 @@ class Fault:
     # the answer's body, then reset; lose_answer: forward the request, then reset the client instead of
     # answering (the registry did what was asked, the client cannot know);
     # stall: wait `seconds` first (with `until`: until it holds, `seconds` at the
-    # most, counted in `released`); corrupt: flip the byte at `after_bytes`; headers: add `headers` to the answer
+    # most, counted in `released`); corrupt: flip the byte at `after_bytes`; corrupt_request: flip the byte at
+    # `after_bytes` of the request's body on its way to the registry; headers: add `headers` to the answer
     # and take out the headers named in `strip`.
     kind: str
     method: str | None = None
@@ -175,6 +176,9 @@ def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
                         upstream.send(block)
                         proxy.request_bytes[method] += len(block)
                         return self._abandon(upstream, method, path, fault)
+                    if fault and fault.kind == "corrupt_request" and sent <= fault.after_bytes < sent + len(block):
+                        at = fault.after_bytes - sent
+                        block = block[:at] + bytes([block[at] ^ 0xFF]) + block[at + 1 :]
                     upstream.send(block)
                     sent += len(block)
                     proxy.request_bytes[method] += len(block)

@@ -190,6 +190,24 @@ def test_one_corrupt_source_read_starts_the_upload_over_in_a_new_session(
     assert blob_exists(target, "mirrored/layer", digest)
 
 
+def test_a_session_whose_bytes_the_registry_finds_wrong_starts_over_in_a_new_one(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    """A byte flipped on its way to the registry (a broken middlebox): every chunk checked out as it was sent, and
+    the registry's closing check (DIGEST_INVALID) is the first to see it. The session holds wrong bytes that no
+    resume can mend: it is cancelled and the blob sent again in a new one, where the answer was final."""
+    digest = large_image(source, 6 * MiB)
+    target_proxy.add(Fault("corrupt_request", method="PATCH", path="/blobs/uploads/", after_bytes=1000, count=1))
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=CHUNKED) == 0
+    assert target_proxy.faults[0].applied == 1
+    closing = [e.status for e in target_proxy.log if e.method == "PUT" and digest.replace(":", "%3A") in e.path]
+    assert closing == [400, 201]
+    sessions = list(dict.fromkeys(upload_uuid(e.path) for e in target_proxy.log if e.method == "PATCH"))
+    assert len(sessions) == 2
+    assert any(e.method == "DELETE" and upload_uuid(e.path) == sessions[0] for e in target_proxy.log)
+    assert blob_exists(target, "mirrored/layer", digest)
+
+
 # -- cancelled at shutdown --------------------------------------------------------------------------------
 
 

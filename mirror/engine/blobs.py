@@ -20,7 +20,7 @@ from mirror.engine.upload import (
     upload_whole,
 )
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient, UploadSession
+from mirror.registry import RegistryClient, RegistryError, UploadSession
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy, retry_step
 from mirror.registry.uploads import CANCEL_TIMEOUT
@@ -202,11 +202,19 @@ class _BlobTransfer:
 
     async def _send_chunked(self) -> None:
         """The chunked upload's send. Bytes that fail their check leave nothing to resume: what the session holds
-        came from the same reads, and so did its checkpoints' hashes. The session is cancelled and the next
-        attempt starts a new one from the first byte, with a fresh hash."""
+        came from the same reads, and so did its checkpoints' hashes. Nor does a session whose bytes the registry
+        finds wrong at its closing check (DIGEST_INVALID: bytes changed on their way, every chunk having checked
+        out as it was sent). Either way the session is cancelled and the next attempt starts a new one from the
+        first byte, with a fresh hash."""
         assert self.chunked is not None
         try:
-            await self.chunked.send()
+            try:
+                await self.chunked.send()
+            except RegistryError as refused:
+                if refused.code != "DIGEST_INVALID":
+                    raise
+                wrong = f"blob {self.upload.blob.digest}: the registry found the uploaded bytes wrong: {refused}"
+                raise IntegrityError(wrong) from refused
         except IntegrityError as exc:
             log.info(
                 "cancelling the upload session of %s, its bytes not to be trusted: %s", self.upload.blob.digest, exc
