@@ -548,6 +548,18 @@ def test_aliases_within_the_bound_still_load(tmp_path: Path) -> None:
     assert settings.registry("s.example").plain_http is True
 
 
+def test_a_merged_mapping_merged_again_deeper_keeps_its_own_overrides(tmp_path: Path) -> None:
+    """A shallower merge of an anchored mapping that itself merges and overrides rewrites its keys in place before
+    it is built: its override must not read as a key written twice."""
+    extra = (
+        "values:\n  extra:\n    defaults: &d {pullPolicy: IfNotPresent, tag: x}\n"
+        "    scheduler:\n      image: &s {<<: *d, tag: y}\n    devicePlugin: {<<: *s}\n"
+    )
+    settings = load_settings(config_file(tmp_path, yaml.safe_dump(VALID) + extra))
+    assert settings.values.extra["scheduler"]["image"]["tag"] == "y"
+    assert settings.values.extra["devicePlugin"] == {"pullPolicy": "IfNotPresent", "tag": "y"}
+
+
 def test_a_merged_mapping_may_repeat_a_key_its_own_keys_override(tmp_path: Path) -> None:
     shared = "registries:\n  r.example: &base {plain_http: true, http2: true}\n  s.example: {<<: *base, http2: false}\n"
     settings = load_settings(config_file(tmp_path, yaml.safe_dump(VALID) + shared))

@@ -12,7 +12,6 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 from yaml.composer import ComposerError
-from yaml.constructor import ConstructorError
 from yaml.error import Mark
 from yaml.nodes import MappingNode, Node, ScalarNode
 
@@ -61,20 +60,23 @@ class _ConfigLoader(yaml.SafeLoader):
             self._anchored_sizes[id(node)] = self._nodes - before
         return node
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+    def compose_mapping_node(self, anchor: Any) -> MappingNode:  # the anchor's name (typeshed says otherwise)
+        """The mapping as written, checked before construction: merging (`<<:`) rewrites an anchored mapping's
+        keys in place, its own overrides after the merged ones, which must not read as a key written twice."""
+        node: MappingNode = super().compose_mapping_node(anchor)
         first_seen: dict[str, Mark] = {}
         for key, _ in node.value:
             if not isinstance(key, ScalarNode) or key.tag == MERGE_TAG:  # `<<:` merges, and keys of its own win
                 continue
             earlier = first_seen.setdefault(key.value, key.start_mark)
             if earlier is not key.start_mark:
-                raise ConstructorError(
+                raise ComposerError(
                     None,
                     None,
                     f"key {key.value!r} appears twice in one mapping (first on line {earlier.line + 1}): merge the two",
                     key.start_mark,
                 )
-        return super().construct_mapping(node, deep)
+        return node
 
     def _count(self, nodes: int, mark: Mark | None) -> None:
         self._nodes += nodes
