@@ -82,6 +82,22 @@ def test_a_service_with_nothing_to_serve_refuses_to_start(
     assert not (tmp_path / "state").exists()  # refused before anything was made
 
 
+def test_a_replica_on_postgresql_may_only_run_what_others_queue(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, database_url: str
+) -> None:
+    """No door of its own, but a shared job store: it runs the jobs the other replicas take in."""
+    config = service_config(tmp_path, source, target, database_url=database_url)
+    data = yaml.safe_load(config.read_text())
+    del data["service"]["api_token"]
+    config = edited(config, webhook=None, service=data["service"])
+    running = Service(config, free_port())
+    running.start()
+    try:
+        assert httpx.get(f"{running.url}/readyz", timeout=10).status_code == 200
+    finally:
+        running.stop()
+
+
 @pytest.mark.parametrize("door", ["secret_file", "dockerhub_token", "api_token_file", "schedule"])
 def test_any_one_door_is_enough_to_serve(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, door: str

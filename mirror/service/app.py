@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from mirror import database
 from mirror.service import logs, page
 from mirror.service.hooks import (
     HookError,
@@ -353,10 +354,12 @@ def unusable_state(settings: MirrorSettings) -> str | None:
 def nothing_to_serve(settings: MirrorSettings) -> str | None:
     """Why a service with this config could do nothing, as one line; None when it can: without a webhook secret
     or token, an API token or a schedule, every hook and the job API would answer 401 and no job would ever run,
-    while /readyz said ready."""
+    while /readyz said ready. On PostgreSQL it may: a replica that only runs the jobs other replicas queue."""
     hook, service = settings.webhook, settings.service
     doors = (hook.secret, hook.secret_file, hook.dockerhub_token, hook.dockerhub_token_file)
     if any(door is not None for door in (*doors, service.api_token, service.api_token_file)) or settings.schedule:
+        return None
+    if settings.database_url and database.is_postgresql(settings.database_url):
         return None
     return (
         "nothing to serve: set webhook.secret_file (or webhook.secret, webhook.dockerhub_token(_file)), "
