@@ -42,15 +42,17 @@ def validate_repository(repository: str) -> str:
 
 def validate_host(host: str) -> str:
     if not _HOST.fullmatch(host):
-        raise ReferenceError(f"invalid registry host {host!r}{_host_hint(host)}")
+        raise ReferenceError(without_userinfo(f"invalid registry host {host!r}{_host_hint(host)}"))
     return host
 
 
 def _host_hint(text: str) -> str:
-    """What to write instead, for the mistakes a URL copied from a browser makes."""
+    """What to write instead, for the mistakes a URL copied from a browser makes (a login in it left out)."""
     scheme, found, rest = text.partition("://")
-    if found and scheme.lower() in ("http", "https"):
-        return f": write the host alone ({rest.split('/', 1)[0]!r}; plain_http under registries: for http)"
+    if found:
+        host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+        http = "; plain_http under registries: for http" if scheme.lower() == "http" else ""
+        return f": write the host alone ({host!r}{http})"
     if "/" in text:
         return f": write the host alone ({text.split('/', 1)[0]!r})"
     return ""

@@ -60,8 +60,12 @@ def test_password_is_secret(tmp_path: Path) -> None:
         (lambda d: d["targets"][0].pop("namespace"), "targets.0.namespace: Field required"),
         (lambda d: d["targets"][0].update(registry="no spaces allowed"), "targets.0.registry"),
         (
-            lambda d: d["targets"][0].update(registry="https://registry.cn-hangzhou.aliyuncs.com/"),
+            lambda d: d["targets"][0].update(registry="http://registry.cn-hangzhou.aliyuncs.com/"),
             "write the host alone ('registry.cn-hangzhou.aliyuncs.com'; plain_http under registries: for http)",
+        ),
+        (
+            lambda d: d["targets"][0].update(registry="oci://robot:Sup3rS3cret@registry.example.com/ns"),
+            "invalid registry host 'oci://registry.example.com/ns': write the host alone ('registry.example.com')",
         ),
         (
             lambda d: d["targets"][0].update(registry="registry.cn-hangzhou.aliyuncs.com/my-ns"),
