@@ -356,16 +356,14 @@ def test_a_referrers_listing_that_never_ends_is_refused() -> None:
     assert len(asked) == 100 and asked[-1].endswith("?page=99")
 
 
-def test_a_referrer_that_fails_lets_the_others_finish_before_the_run_ends(
-    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
-) -> None:
-    """One artifact's copy failing fails the image's target, but the other artifacts' pushes were already under
-    way: the run waits for them, where they went on writing after it had closed its clients and let go of the
-    target's lock (a `mirror serve` job's writes leaked into the next job; the CLI's exit cut them mid-request)."""
-    signed = signed_release(source)
+def sync_refusing_one_referrer(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, bundle: str, slow_sig: str
+) -> tuple[list[ReleaseResult], list[asyncio.Task[Any]], list[Any]]:
+    """Sync with the target refusing the `bundle` referrer and holding the `.sig` PUTs matching `slow_sig` for
+    3 s: the results, the tasks still running once `sync` returned, and the target's writes after it did."""
     with fault_proxy(target.port) as proxy:
-        refused = Fault("status", method="PUT", path=f"/manifests/{signed.bundle}$", status=400, count=100)
-        slow = Fault("stall", method="PUT", path=r"/manifests/sha256-[0-9a-f]+\.sig$", seconds=3, count=100)
+        refused = Fault("status", method="PUT", path=f"/manifests/{bundle}$", status=400, count=100)
+        slow = Fault("stall", method="PUT", path=f"/manifests/{slow_sig}$", seconds=3, count=100)
         proxy.add(refused)
         proxy.add(slow)
         settings = load_settings(write_config(tmp_path / "mirror.yaml", source, [proxy]))
@@ -377,8 +375,35 @@ def test_a_referrer_that_fails_lets_the_others_finish_before_the_run_ends(
 
         results, left, ended = asyncio.run(run())
     assert refused.applied > 0 and slow.applied > 0
+    return results, left, [e for e in proxy.log if e.at > ended and e.method in ("POST", "PUT", "PATCH", "DELETE")]
+
+
+def test_a_referrer_that_fails_lets_the_others_finish_before_the_run_ends(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """One artifact's copy failing fails the image's target, but the other artifacts' pushes were already under
+    way: the run waits for them, where they went on writing after it had closed its clients and let go of the
+    target's lock (a `mirror serve` job's writes leaked into the next job; the CLI's exit cut them mid-request)."""
+    signed = signed_release(source)
+    results, left, writes_after = sync_refusing_one_referrer(
+        tmp_path, source, target, signed.bundle, r"sha256-[0-9a-f]+\.sig"
+    )
     assert any("hami" in line for r in results for line in r.failures())
     assert left == []
-    writes_after = [e for e in proxy.log if e.at > ended and e.method in ("POST", "PUT", "PATCH", "DELETE")]
     assert writes_after == []
     assert manifest_digest(target, "mirrored/hami", next(t for t in signed.legacy if t.endswith(".sig"))) is not None
+
+
+def test_a_subject_whose_referrer_fails_lets_the_other_subjects_finish_before_the_run_ends(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """The same across subjects: the index's signature still on its way when a platform's is refused."""
+    signed = signed_release(source)
+    child = json.loads(manifest_bytes(source, "projecthami/hami", VERSION))["manifests"][0]
+    child_signed = with_client(source, lambda c: sign(c, "projecthami/hami", child))
+    index_sig = re.escape(fallback_tag(signed.subject)) + r"\.sig"
+    results, left, writes_after = sync_refusing_one_referrer(tmp_path, source, target, child_signed.bundle, index_sig)
+    assert any("hami" in line for r in results for line in r.failures())
+    assert left == []
+    assert writes_after == []
+    assert manifest_digest(target, "mirrored/hami", f"{fallback_tag(signed.subject)}.sig") is not None
