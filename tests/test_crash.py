@@ -21,7 +21,7 @@ import yaml
 
 from mirror.demo.localregistry import LocalRegistry, start_registry
 from mirror.demo.procstat import run_measured
-from mirror.demo.sample import MiB
+from mirror.demo.sample import MiB, push_multiarch
 from mirror.engine.shutdown import Shutdown
 from mirror.engine.sync import SyncOptions, sync
 from mirror.engine.verify import verify_copy
@@ -222,6 +222,23 @@ def test_after_sigterm_no_values_are_written_and_no_chart_rendered(
     assert shutdown.stopping and all(t.verified for image in result.images for t in image.targets)
     assert result.values == [] and not any(Path(p).exists() for p in written)
     assert result.errors == ["hami values for t0 not written: not started: the run is shutting down"]
+
+
+def test_after_sigterm_a_release_not_begun_is_not_started(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """Two releases in one run, SIGTERM during the first: the second is reported not started, nothing of it asked."""
+    seed_release(source)
+    with_client(source, lambda c: push_multiarch(c, "projecthami/hami", "v2.9.0", seed=5))
+    settings = load_settings(write_config(tmp_path / "mirror.yaml", source, [target]))
+    shutdown = Shutdown()
+    mark = len(source.access_log())
+    first, second = asyncio.run(
+        sync(settings, ["v2.9.0", VERSION], SyncOptions(), StopAtFirstVerified(shutdown), shutdown)
+    )
+    assert shutdown.stopping and first.images
+    assert (second.images, second.errors) == ([], ["not started: the run is shutting down"])
+    assert not [e for e in source.access_log()[mark:] if f"/manifests/{second.version}" in e.path]
 
 
 def test_target_registry_killed_mid_copy_then_a_rerun_completes(tmp_path: Path) -> None:
