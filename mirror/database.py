@@ -57,8 +57,9 @@ def holds_advisory_lock(key: int) -> TextClause:
     return statement.bindparams(high=(key >> 32) & 0xFFFFFFFF, low=key & 0xFFFFFFFF)
 
 
-def is_postgresql(url: str) -> bool:
-    return url.startswith("postgresql")
+def is_postgresql(url: str | None) -> bool:
+    """Whether `url` names PostgreSQL: the database replicas, the CronJob and hand runs can share (None: none)."""
+    return url is not None and url.startswith("postgresql")
 
 
 def open_engine(url: str, *, pooled: bool = True) -> Engine:

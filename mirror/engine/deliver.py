@@ -87,8 +87,10 @@ async def deliver(
     # an image inside a list that no template renders (its feature off) is named, not refused: the proof shows
     # nodes would not pull it; one that renders fails the proof itself
     unrendered = proof is not None and proof.ok
-    problems = [_left_behind(block, chart.spec) for block in chart.unmirrored if not (block.in_list and unrendered)]
-    notes = [_left_behind(block, chart.spec) for block in chart.unmirrored if block.in_list and unrendered]
+    problems: list[str] = []
+    notes: list[str] = []
+    for block in chart.unmirrored:
+        (notes if block.in_list and unrendered else problems).append(_left_behind(block, chart.spec))
     install = ChartInstall(chart.spec.default_reference)
     if proof is not None:
         problems += [f"the rendered chart pulls {failure}" for failure in proof.failures()]

@@ -70,7 +70,7 @@ def lock_dir(settings: MirrorSettings) -> Path:
 
 
 def uses_database_locks(settings: MirrorSettings) -> bool:
-    return bool(settings.database_url and database.is_postgresql(settings.database_url))
+    return database.is_postgresql(settings.database_url)
 
 
 @asynccontextmanager

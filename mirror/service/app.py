@@ -359,7 +359,7 @@ def nothing_to_serve(settings: MirrorSettings) -> str | None:
     doors = (hook.secret, hook.secret_file, hook.dockerhub_token, hook.dockerhub_token_file)
     if any(door is not None for door in (*doors, service.api_token, service.api_token_file)) or settings.schedule:
         return None
-    if settings.database_url and database.is_postgresql(settings.database_url):
+    if database.is_postgresql(settings.database_url):
         return None
     return (
         "nothing to serve: set webhook.secret_file (or webhook.secret, webhook.dockerhub_token(_file)), "
