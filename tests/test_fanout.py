@@ -173,3 +173,20 @@ def test_a_reader_behind_a_failed_spool_download_reads_its_own_bytes_while_the_n
 
         read, error = asyncio.run(run())
     assert error is not None and 0 < read < blob.size
+
+
+def test_a_reader_that_opens_the_spool_after_its_write_failed_gets_that_failure(tmp_path: Path) -> None:
+    """A reader given the entry before the disk filled opens its file only as it starts reading; by then the
+    failed write may have removed the file. It is told of the full disk (and its target reads the source
+    instead), not of a file that is gone."""
+    entry = fanout._Entry(tmp_path / "sha256-gone.1", "sha256:" + "0" * 64, 10)
+    full = fanout.SpoolError("blob sha256:00: the spool's disk failed to write it: No space left on device")
+    asyncio.run(entry._fail(full))
+
+    async def read() -> None:
+        async for _ in entry.read(0, 4):
+            pass
+
+    with pytest.raises(fanout.SpoolError) as told:
+        asyncio.run(read())
+    assert told.value is full

@@ -133,6 +133,8 @@ class _Entry:
                 async for data in self._arriving(spool, start, chunk_size):
                     yield data
         except OSError as exc:
+            if isinstance(self.error, SpoolError):  # the write failed and gave its file back before this read began
+                raise self.error from exc
             raise self._disk_error("read", exc) from exc
 
     async def _arriving(self, spool: AsyncBufferedReader, position: int, chunk_size: int) -> AsyncIterator[bytes]:
