@@ -427,7 +427,7 @@ def test_a_failed_job_is_logged_at_error_level(service: Service) -> None:
     assert job["state"] == "failed"
     lines = [json.loads(line) for line in service.log.read_text().splitlines() if line.startswith("{")]
     failed = [line for line in lines if line.get("job") == job["id"] and line["msg"].startswith("job failed")]
-    assert failed and failed[0]["level"] == "error" and "tag not found" in failed[0]["msg"]
+    assert failed and failed[0]["level"] == "error" and "not found at the source" in failed[0]["msg"]
 
 
 def test_webhooks_disabled_are_said_so(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> None:

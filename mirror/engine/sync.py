@@ -203,15 +203,24 @@ class Syncer:
                     self.cache.look_up_referrers(job, subject)
 
     async def _resolve(self, job: ImageJob) -> Descriptor | str:
-        """The source's descriptor, or why there is none."""
+        """The source's descriptor, or why there is none. A HEAD's 404 cannot tell an unknown repository (a
+        misspelt name) from an unknown tag: only then is the registry asked whether it knows the repository, and
+        where that look-up fails, the tag or the pinned digest is blamed as the 404 alone would have it."""
+        source = self.clients[job.source.registry]
         try:
-            resolved = await self.clients[job.source.registry].head_manifest(job.source.name, job.source_identifier)
+            resolved = await source.head_manifest(job.source.name, job.source_identifier)
         except MirrorError as exc:
             return str(exc)
-        if resolved is None:
-            missing = "the pinned digest is no longer served" if job.digest else "tag not found"
-            return f"{job.source_ref}: {missing} at the source"
-        return resolved
+        if resolved is not None:
+            return resolved
+        try:
+            repository_known = await source.has_repository(job.source.name)
+        except MirrorError:
+            repository_known = True
+        if not repository_known:
+            return f"{job.source_ref}: repository {job.source.name} not found at the source"
+        missing = "the pinned digest is no longer served" if job.digest else "tag not found"
+        return f"{job.source_ref}: {missing} at the source"
 
     async def _check_signature(
         self, job: ImageJob, digest: str, current: dict[str, asyncio.Task[Descriptor | None]]

@@ -32,6 +32,7 @@ MAX_ROUNDS = 3
 # A token refused this soon after it was issued was refused for what it grants: denied at once. One refused later
 # had waited (for a pooled connection, behind streaming blobs) and may simply have lapsed: another is fetched.
 FRESH_TOKEN_SECONDS = 2.0
+AUTHORIZATION_REFUSALS = frozenset({401, 403})
 
 
 class AuthError(RegistryError):
@@ -252,15 +253,10 @@ class RegistryAuth(httpx.Auth):
         except BodyTooLarge as exc:
             status = response.status_code
             raise AuthError(self.host, repository, status, "", f"token server {token_host}: {exc}") from None
-        if response.status_code != 200:
+        if (status := response.status_code) != 200:
             code, message = parse_error_body(body)
-            raise AuthError(
-                self.host,
-                repository,
-                response.status_code,
-                code,
-                f"token server {token_host} refused{self._whose()}: {message or response.reason_phrase}",
-            )
+            refusal = f"token server {token_host} refused{self._whose(status)}: {message or response.reason_phrase}"
+            raise AuthError(self.host, repository, status, code, refusal)
         try:
             token = parse_token_response(body, time.monotonic())
         except ValueError as exc:
@@ -272,11 +268,15 @@ class RegistryAuth(httpx.Auth):
         code, message = ("", "still unauthorized after authenticating")
         if response is not None:
             code, message = parse_error_body(await read_limited(response, MAX_ERROR_BODY, truncate=True))
-        raise AuthError(self.host, repository_of(request) or "", 401, code, (message or "unauthorized") + self._whose())
+        message = (message or "unauthorized") + self._whose(401)
+        raise AuthError(self.host, repository_of(request) or "", 401, code, message)
 
-    def _whose(self) -> str:
+    def _whose(self, status: int) -> str:
         """Where the credentials that were refused came from (the config, a docker config and its entry, a
-        credential helper), so a refusal says which to mend; never what they hold."""
+        credential helper), so a refusal says which to mend; never what they hold. Only for an authorization
+        refusal: a token server's 5xx is an outage, whatever credentials were sent or not."""
+        if status not in AUTHORIZATION_REFUSALS:
+            return ""
         credentials = self._credentials
         if credentials is None and self._credentials_loaded:
             return " (no credentials for this registry: it refused anonymous access)"

@@ -297,6 +297,19 @@ class RegistryClient(BlobUploads):
             url = response.url.join(next_link)  # relative to the page that named it, wherever that was
         raise RegistryError("list tags", where, 200, "", f"more than {MAX_TAG_PAGES} pages")
 
+    async def has_repository(self, repository: str) -> bool:
+        """Whether the registry knows the repository, from the first page of its tag list, one tag long (a
+        manifest HEAD's 404 has no body to tell an unknown repository from an unknown tag): False on a 404
+        (NAME_UNKNOWN). Any other failure raises, as a tag list's would."""
+        url = f"/v2/{repository}/tags/list?n=1"
+        try:
+            await self._get_document("list tags", self.where(repository), url, MAX_TAG_PAGE_BYTES)
+        except RegistryError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
 
 def _tags_in(page: bytes, where: str) -> list[str]:
     """The tags of one page of a tag list, each a valid tag name; anything else refuses the page."""
