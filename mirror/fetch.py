@@ -8,8 +8,9 @@ import httpx
 from mirror.errors import MirrorError
 from mirror.reference import without_userinfo
 from mirror.registry.body import ACCEPTED_CODINGS, BodyTooLarge, read_limited
+from mirror.registry.pool import pooled_transport
+from mirror.registry.proxy import ProxyRules, environment_proxies
 from mirror.registry.retry import RetryPolicy
-from mirror.registry.tls import tls_context
 from mirror.registry.transport import layered
 from mirror.untrusted import clip
 
@@ -18,10 +19,20 @@ class FetchError(MirrorError):
     """A read that did not give a body: a status, a body over its limit, or the network; one line."""
 
 
+CONNECTIONS = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+
+
 def http_client(
-    timeout: float, retry: RetryPolicy, deadline: float = 300.0, min_rate: int = 64 * 1024
+    timeout: float,
+    retry: RetryPolicy,
+    deadline: float = 300.0,
+    min_rate: int = 64 * 1024,
+    proxies: ProxyRules | None = None,
 ) -> httpx.AsyncClient:
-    transport = layered(httpx.AsyncHTTPTransport(verify=tls_context()), retry, deadline, min_rate)
+    """Over mirror's own connection pool, as a registry client is (`proxies`: else the environment's)."""
+    proxies = proxies if proxies is not None else environment_proxies()
+    connections = pooled_transport(CONNECTIONS, verify=True, http2=False, proxies=proxies)
+    transport = layered(connections, retry, deadline, min_rate, max_connections=CONNECTIONS.max_connections or 16)
     headers = {"Accept-Encoding": ACCEPTED_CODINGS}
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True, headers=headers)
 

@@ -19,6 +19,7 @@ if [ "${1:-}" = "--tests" ]; then  # what only the test suite needs (scripts/tes
   command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # the alert rules, checked and unit-tested
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the status page, tested in a real headless browser
   command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+  command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)  # a real forward proxy for HTTPS_PROXY's tests
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get" >&2

@@ -123,3 +123,15 @@ def test_any_one_door_is_enough_to_serve(
         assert httpx.get(f"{running.url}/readyz", timeout=10).status_code == 200
     finally:
         assert running.stopped_cleanly(), running.log.read_text()
+
+
+def test_a_proxy_it_cannot_use_is_refused_before_anything_listens(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every job would fail on its first request: one line, with no login, and exit 2."""
+    monkeypatch.setenv("HTTPS_PROXY", "https://user:hidden@proxy.corp:443")  # the test's own httpx takes it
+    code, log = refused(service_config(tmp_path, source, target))
+    assert code == 2, log
+    (line,) = log.splitlines()
+    assert json.loads(line)["msg"] == "HTTPS_PROXY: a https:// proxy is not supported; give an http:// one"
+    assert "hidden" not in log

@@ -10,6 +10,7 @@ from types import TracebackType
 from mirror.reference import api_host
 from mirror.registry import RegistryClient
 from mirror.registry.options import ClientOptions, PullBudgetOptions, TemporaryLogin
+from mirror.registry.proxy import ProxyRules, environment_proxies
 from mirror.registry.retry import RetryPolicy, StatusObserver
 from mirror.settings import MirrorSettings, RetrySettings
 
@@ -36,9 +37,11 @@ def client_options(
     anonymous: bool = False,
     login: TemporaryLogin | None = None,
     on_retry_status: StatusObserver | None = None,
+    proxies: ProxyRules | None = None,
 ) -> ClientOptions:
     """The config's word on one registry host, as the wire's plain options (`login`: the run's own, shared;
-    `on_retry_status`: told each retryable status the host answers)."""
+    `on_retry_status`: told each retryable status the host answers; `proxies`: the run's, else the
+    environment's)."""
     registry, transfer, budget = settings.registry(host), settings.transfer, settings.pull_budget
     return ClientOptions(
         plain_http=registry.plain_http,
@@ -57,6 +60,7 @@ def client_options(
         anonymous=anonymous,
         login=None if anonymous else (login or acr_login(settings, host)),
         on_retry_status=on_retry_status,
+        proxies=proxies if proxies is not None else environment_proxies(),
     )
 
 
@@ -72,12 +76,14 @@ class Clients:
         self.on_retry_status = on_retry_status  # for every client of the run, anonymous ones included
         self._open: dict[str, RegistryClient] = {}
         self._logins: dict[str, TemporaryLogin | None] = {}
+        self.proxies = environment_proxies()  # a variable mirror cannot use stops the run here, before any request
 
     def __getitem__(self, host: str) -> RegistryClient:
         host = api_host(host)
         client = self._open.get(host)
         if client is None:
-            options = client_options(self.settings, host, login=self.login(host), on_retry_status=self.on_retry_status)
+            login, observer = self.login(host), self.on_retry_status
+            options = client_options(self.settings, host, login=login, on_retry_status=observer, proxies=self.proxies)
             client = self._open[host] = RegistryClient.open(host, options)
         return client
 

@@ -17,6 +17,8 @@ import httpx
 from mirror.notify.channels import post_for, refusal
 from mirror.notify.events import Event
 from mirror.registry.body import BodyTooLarge, read_limited
+from mirror.registry.pool import pooled_transport
+from mirror.registry.proxy import environment_proxies
 from mirror.settings import NotifyChannelSettings, NotifySettings
 from mirror.untrusted import clip
 
@@ -25,6 +27,7 @@ log = logging.getLogger("mirror")
 MAX_ANSWER_BYTES = 64 * 1024
 NOT_ARRIVED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)  # the post never left: send it again
 RETRY_DELAY = 1.0  # then doubled
+CONNECTIONS = httpx.Limits(max_connections=16, max_keepalive_connections=16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +42,9 @@ async def notify(settings: NotifySettings, events: list[Event], clock: Callable[
     wanted = [(c, e) for c in settings.channels for e in events if e.kind in c.events]
     if not wanted:
         return []
-    async with httpx.AsyncClient(timeout=settings.timeout, follow_redirects=False, trust_env=False) as http:
+    connections = pooled_transport(CONNECTIONS, verify=True, http2=False, proxies=environment_proxies())
+    client = httpx.AsyncClient(transport=connections, timeout=settings.timeout, follow_redirects=False, trust_env=False)
+    async with client as http:
         posts = [asyncio.ensure_future(_post(http, settings, c, e, clock)) for c, e in wanted]
         done, pending = await asyncio.wait(posts, timeout=settings.deadline)
         for task in pending:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror.registry.credentials import Credentials
+from mirror.registry.proxy import DIRECT, ProxyRules
 from mirror.registry.retry import RetryPolicy, StatusObserver
 
 # A temporary login, asked for when the registry first challenges and again before it lapses; it is given the
@@ -42,3 +43,4 @@ class ClientOptions:
     anonymous: bool = False  # ignore every credential source: see what a node without credentials sees
     login: TemporaryLogin | None = field(default=None, repr=False)  # instead of a stored password
     on_retry_status: StatusObserver | None = field(default=None, repr=False)  # told each retryable status
+    proxies: ProxyRules = DIRECT  # HTTPS_PROXY and the like: which origins are reached through which proxy

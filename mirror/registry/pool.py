@@ -24,23 +24,41 @@ from collections.abc import AsyncIterator
 import httpx
 
 from mirror.registry.http11 import Http11Connection, Origin, Timeouts
-from mirror.registry.sockets import SocketBackend
+from mirror.registry.proxy import DIRECT, Proxy, ProxyRouting, ProxyRules, open_tunnel
+from mirror.registry.sockets import SocketBackend, SocketStream
 from mirror.registry.tls import tls_context
 
 DEFAULT_PORTS = {b"http": 80, b"https": 443}
 
 
-def pooled_transport(limits: httpx.Limits, verify: bool, http2: bool) -> httpx.AsyncBaseTransport:
+def pooled_transport(
+    limits: httpx.Limits, verify: bool, http2: bool, proxies: ProxyRules = DIRECT
+) -> httpx.AsyncBaseTransport:
     if http2:
-        return httpx.AsyncHTTPTransport(limits=limits, verify=tls_context(verify, http2=True), http2=True)
+        return http2_transport(limits, verify, proxies)
     return PooledTransport(
         ConnectionPool(
             tls_context(verify),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
+            proxies=proxies,
         )
     )
+
+
+def http2_transport(limits: httpx.Limits, verify: bool, proxies: ProxyRules) -> httpx.AsyncBaseTransport:
+    """httpx's own transport, and one through each proxy the rules name: a registry's client also reaches its
+    token realm and blob redirects, which the rules may send another way."""
+
+    def transport(proxy: Proxy | None) -> httpx.AsyncHTTPTransport:
+        through = httpx.Proxy(proxy.url) if proxy is not None else None
+        context = tls_context(verify, http2=True)
+        return httpx.AsyncHTTPTransport(limits=limits, verify=context, http2=True, proxy=through)
+
+    if proxies == DIRECT:
+        return transport(None)
+    return ProxyRouting(proxies, transport)
 
 
 class ConnectionPool:
@@ -54,6 +72,7 @@ class ConnectionPool:
         max_keepalive_connections: int | None = None,
         keepalive_expiry: float | None = None,
         backend: SocketBackend | None = None,
+        proxies: ProxyRules = DIRECT,
     ) -> None:
         ssl_context.set_alpn_protocols(["http/1.1"])
         self.ssl_context = ssl_context
@@ -61,6 +80,7 @@ class ConnectionPool:
         self._max_idle = max_keepalive_connections if max_keepalive_connections is not None else float("inf")
         self._keepalive_expiry = keepalive_expiry
         self._backend = backend or SocketBackend()
+        self._proxies = proxies
         self._idle: list[Http11Connection] = []  # oldest first
         self._open = 0  # connections open, or being opened, idle or not
         self._waiting: deque[asyncio.Future[None]] = deque()
@@ -131,7 +151,7 @@ class ConnectionPool:
         self._open += 1
         try:
             host = origin.host.decode("ascii")
-            stream = await self._backend.connect_tcp(host, origin.port, timeout=timeouts.connect)
+            stream = await self._connected(origin.scheme.decode("ascii"), host, origin.port, timeouts.connect)
             if origin.scheme == b"https":
                 stream = await stream.start_tls(self.ssl_context, sni_hostname or host, timeout=timeouts.connect)
         except BaseException:
@@ -139,6 +159,22 @@ class ConnectionPool:
             self._wake_one()
             raise
         return Http11Connection(origin, stream, self._keepalive_expiry)
+
+    async def _connected(self, scheme: str, host: str, port: int, connect_timeout: float | None) -> SocketStream:
+        """A stream to `host:port`: straight there, or through the tunnel of the proxy the rules name for it."""
+        proxy = self._proxies.for_origin(scheme, host, port)
+        if proxy is None:
+            return await self._backend.connect_tcp(host, port, timeout=connect_timeout)
+        try:
+            stream = await self._backend.connect_tcp(proxy.host, proxy.port, timeout=connect_timeout)
+        except httpx.ConnectError as error:  # the system's words do not say which address refused
+            raise type(error)(f"proxy {proxy}: {error}") from error
+        try:
+            await open_tunnel(stream, proxy, host, port, connect_timeout)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
 
     async def _wait_turn(self, deadline: float | None) -> None:
         waiter = asyncio.get_running_loop().create_future()

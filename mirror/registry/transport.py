@@ -48,7 +48,7 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=options.max_connections, max_keepalive_connections=options.max_connections)
     # A plain-HTTP registry never uses TLS: skip loading the CA bundle (tens of milliseconds at start-up).
     connections = pooled_transport(
-        limits, verify=not options.plain_http, http2=options.http2 and not options.plain_http
+        limits, verify=not options.plain_http, http2=options.http2 and not options.plain_http, proxies=options.proxies
     )
     return httpx.AsyncClient(
         base_url=base_url(host, options.plain_http),

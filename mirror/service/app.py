@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from mirror import database
+from mirror.registry.proxy import ProxySettingError, environment_proxies
 from mirror.service import logs, page
 from mirror.service.hooks import (
     HookError,
@@ -351,6 +352,15 @@ def unusable_state(settings: MirrorSettings) -> str | None:
     return None
 
 
+def unusable_proxy() -> str | None:
+    """Why the environment's HTTPS_PROXY, HTTP_PROXY or NO_PROXY cannot be used, as one line; every job would fail."""
+    try:
+        environment_proxies()
+    except ProxySettingError as exc:
+        return str(exc)
+    return None
+
+
 def nothing_to_serve(settings: MirrorSettings) -> str | None:
     """Why a service with this config could do nothing, as one line; None when it can: without a webhook secret
     or token, an API token or a schedule, every hook and the job API would answer 401 and no job would ever run,
@@ -383,7 +393,7 @@ def serve(config: Path | None, host: str, port: int) -> int:
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
         return 2
-    problem = nothing_to_serve(settings) or unusable_state(settings)
+    problem = nothing_to_serve(settings) or unusable_proxy() or unusable_state(settings)
     if problem is not None:
         log.error("%s", problem)
         return 2

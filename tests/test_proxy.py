@@ -1,0 +1,214 @@
+"""HTTPS_PROXY, HTTP_PROXY and NO_PROXY as mirror reads them, and the CONNECT tunnel's odd answers. A real proxy
+(tinyproxy) carries whole runs in tests/test_proxy_world.py; here a scripted one on loopback answers what a real
+proxy seldom does (a refusal, a 502, bytes that are not HTTP, bytes before the tunnel is used), for origins at
+names nothing here resolves: only the proxy is connected to."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mirror.cli import main
+from mirror.notify.events import Failed, Failure
+from mirror.notify.send import notify
+from mirror.registry.pool import pooled_transport
+from mirror.registry.proxy import Proxy, ProxyRules, ProxySettingError, bypassed, parse_proxy
+from mirror.settings import NotifyChannelSettings, NotifySettings
+from tests.support import write_config
+from tests.test_sync import VERSION
+
+LIMITS = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+
+
+def rules(**environ: str) -> ProxyRules:
+    return ProxyRules.from_environment(environ)
+
+
+def test_the_upper_case_variable_wins_and_an_empty_one_is_unset() -> None:
+    both = rules(HTTPS_PROXY="http://upper:3128", https_proxy="http://lower:3128", http_proxy="plain:8080")
+    assert both.https == Proxy("upper", 3128, url="http://upper:3128")
+    assert both.http is not None and (both.http.host, both.http.port) == ("plain", 8080)  # no scheme: http://
+    assert rules(HTTPS_PROXY="", https_proxy="http://lower:3128").https == Proxy("lower", 3128, url="http://lower:3128")
+    assert rules(HTTPS_PROXY="http://proxy.corp").https == Proxy("proxy.corp", 80, url="http://proxy.corp")
+    assert rules() == ProxyRules()
+
+
+def test_a_login_becomes_the_proxy_authorization_and_is_never_shown() -> None:
+    proxy = parse_proxy("http://svc%40corp:p%3Ass@proxy.corp:3128", "HTTPS_PROXY")
+    assert proxy.authorization == "Basic " + base64.b64encode(b"svc@corp:p:ss").decode()
+    assert "p%3Ass" not in repr(proxy) + str(proxy) and "p:ss" not in repr(proxy) + str(proxy)
+    assert str(proxy) == "proxy.corp:3128"
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("socks5://user:hidden@proxy:1080", "a socks5:// proxy is not supported"),
+        ("https://user:hidden@proxy:443", "a https:// proxy is not supported"),
+        ("http://user:hidden@:3128", "give the proxy as http://host:port"),
+        ("http://user:hidden@proxy:99999", "give the proxy as http://host:port"),
+        ("http://user:hidden@proxy:3128/path", "give the proxy as http://host:port"),
+    ],
+)
+def test_a_proxy_mirror_cannot_use_is_refused_by_its_variable(value: str, said: str) -> None:
+    with pytest.raises(ProxySettingError) as refused:
+        rules(https_proxy=value)
+    assert str(refused.value).startswith("https_proxy: ") and said in str(refused.value)
+    assert "hidden" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "no_proxy", "direct"),
+    [
+        ("registry.example.com", 443, "*", True),
+        ("registry.example.com", 443, "example.com", True),  # the domain and the hosts under it
+        ("example.com", 443, "example.com", True),
+        ("example.com", 443, ".example.com", True),
+        ("registry.example.com", 443, "*.example.com", True),
+        ("notexample.com", 443, "example.com", False),  # a suffix of the name, not a domain of it
+        ("registry.example.com", 443, "other.com, example.com", True),
+        ("registry.example.com", 5000, "registry.example.com:5000", True),
+        ("registry.example.com", 443, "registry.example.com:5000", False),  # another port
+        ("10.1.2.3", 443, "10.0.0.0/8", True),
+        ("10.1.2.3", 443, "10.1.2.3", True),
+        ("11.1.2.3", 443, "10.0.0.0/8", False),
+        ("fd00::5", 443, "fd00::/8", True),
+        ("registry.example.com", 443, "", False),
+    ],
+)
+def test_no_proxy_sends_what_it_names_direct(host: str, port: int, no_proxy: str, direct: bool) -> None:
+    entries = rules(NO_PROXY=no_proxy).no_proxy
+    assert bypassed(host, port, entries) is direct
+
+
+def test_loopback_is_never_proxied_and_each_scheme_has_its_own_proxy() -> None:
+    """As Go's client (Docker, skopeo) has it: a local registry stays local whatever the environment says."""
+    both = rules(HTTPS_PROXY="http://secure:3128", HTTP_PROXY="http://plain:3128")
+    for host in ("127.0.0.1", "127.0.0.9", "::1", "localhost", "LOCALHOST."):
+        assert both.for_origin("https", host, 443) is None
+    assert both.for_origin("https", "registry.example.com", 443) == both.https
+    assert both.for_origin("http", "registry.example.com", 5000) == both.http
+    assert rules(HTTPS_PROXY="http://secure:3128").for_origin("http", "registry.example.com", 80) is None
+    assert rules(HTTPS_PROXY="http://s:1", NO_PROXY="Example.COM").for_origin("https", "a.example.com.", 443) is None
+
+
+@dataclass
+class ScriptedProxy:
+    """A proxy on loopback that answers every CONNECT with `answer` and closes, unless that is a 200: then it acts
+    as the origin, and answers the request in the tunnel with a 200 saying `tunnelled`."""
+
+    answer: bytes
+    port: int = 0
+    connects: list[list[bytes]] = field(default_factory=list)  # each CONNECT's head, line by line
+
+    def url(self, login: str = "") -> str:
+        return f"http://{login + '@' if login else ''}127.0.0.1:{self.port}"
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.connects.append(head.split(b"\r\n")[:-2])
+            writer.write(self.answer)
+            await writer.drain()
+            if self.answer.startswith(b"HTTP/1.1 200"):
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntunnelled")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def scripted_proxy(answer: bytes) -> AsyncIterator[ScriptedProxy]:
+    proxy = ScriptedProxy(answer)
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+    proxy.port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield proxy
+
+
+async def get_through(proxy: ScriptedProxy, url: str, login: str = "") -> httpx.Response:
+    proxies = rules(HTTP_PROXY=proxy.url(login), HTTPS_PROXY=proxy.url(login))
+    transport = pooled_transport(LIMITS, verify=True, http2=False, proxies=proxies)
+    async with httpx.AsyncClient(transport=transport, timeout=5) as client:
+        return await client.get(url)
+
+
+async def test_a_plain_http_origin_is_reached_through_the_tunnel_with_the_login() -> None:
+    async with scripted_proxy(b"HTTP/1.1 200 Connection established\r\n\r\n") as proxy:
+        response = await get_through(proxy, "http://registry.example:5000/v2/", login="svc:pw")
+    assert response.status_code == 200 and response.text == "tunnelled"
+    (connect,) = proxy.connects
+    assert connect[0] == b"CONNECT registry.example:5000 HTTP/1.1"
+    assert b"Host: registry.example:5000" in connect
+    assert b"Proxy-Authorization: Basic " + base64.b64encode(b"svc:pw") in connect
+
+
+Refused = Callable[[], Awaitable[httpx.Response]]
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "said"),
+    [
+        (b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n", httpx.ProxyError, "wants a login"),
+        (b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", httpx.ProxyError, "answered 403 Forbidden to CONNECT"),
+        (b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n", httpx.ConnectError, "answered 502 Bad Gateway"),
+        (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", httpx.ProxyError, "something else than HTTP"),
+        (b"HTTP/1.1 200 OK\r\n\r\nhello", httpx.ProxyError, "sent bytes of its own into the tunnel"),
+        (b"", httpx.ProxyError, "closed the connection instead of answering"),
+    ],
+)
+async def test_a_tunnel_not_opened_is_said_for_what_the_proxy_did(
+    answer: bytes, error: type[Exception], said: str
+) -> None:
+    """A 502-504 is the proxy failing to reach the origin: a ConnectError, which the retry layer tries again; a
+    refusal or a proxy speaking nonsense is a ProxyError, which it does not."""
+    async with scripted_proxy(answer) as proxy:
+        with pytest.raises(error) as raised:
+            await get_through(proxy, "https://registry.example/v2/")
+    assert said in str(raised.value) and f"proxy 127.0.0.1:{proxy.port}" in str(raised.value)
+
+
+async def test_a_proxy_that_refuses_connections_is_named() -> None:
+    async with scripted_proxy(b"") as proxy:
+        port = proxy.port
+    with pytest.raises(httpx.ConnectError) as raised:  # the server is closed: nothing listens there now
+        await get_through(ScriptedProxy(b"", port), "https://registry.example/v2/")
+    assert str(raised.value).startswith(f"proxy 127.0.0.1:{port}: ")
+
+
+async def test_notifications_go_through_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with scripted_proxy(b"HTTP/1.1 200 Connection established\r\n\r\n") as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url())
+        monkeypatch.setenv("HOOK_URL", "http://hooks.example/services/T0/B0/x")
+        channel = NotifyChannelSettings(name="oncall", kind="slack", url_env="HOOK_URL")
+        event = Failed("v2.10.0", (Failure("hami", "t0", "tag not found"),))
+        (sent,) = await notify(NotifySettings(channels=[channel], timeout=5, deadline=20), [event])
+    assert sent.error is None
+    assert [connect[0] for connect in proxy.connects] == [b"CONNECT hooks.example:80 HTTP/1.1"]
+
+
+def test_a_sync_with_a_proxy_it_cannot_use_exits_2_before_any_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://user:hidden@proxy.corp:1080")
+    config = write_config(tmp_path / "mirror.yaml", Unreachable(), [Unreachable()])
+    assert main(["sync", VERSION, "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "HTTPS_PROXY: a socks5:// proxy is not supported; give an http:// one" in err and "hidden" not in err
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    """A registry host nothing serves: a run that sent a request to it would fail otherwise than expected."""
+
+    host: str = "127.0.0.1:9"
