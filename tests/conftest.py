@@ -24,12 +24,17 @@ def pytest_configure(config: pytest.Config) -> None:
         ports.use_share(int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
 
 
+# Every test talks to loopback or to a network namespace of its own: a proxy the machine's environment names
+# (for its package mirrors) must not carry the real-names world's hosts. The proxy tests set their own.
+PROXY_VARIABLES = {"http_proxy", "https_proxy", "no_proxy", "all_proxy"}
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     for name in list(os.environ):
-        if name.startswith("MIRROR_"):
+        if name.startswith("MIRROR_") or name.lower() in PROXY_VARIABLES:
             monkeypatch.delenv(name)
 
 
