@@ -13,7 +13,7 @@ from mirror.chart.archive import open_chart
 from mirror.chart.images import image_blocks, pull_secret_paths
 from mirror.chart.render import RenderRequest, render_images
 from mirror.demo.samplechart import hami_chart
-from mirror.engine.jobs import ChartJob, build_release_jobs
+from mirror.engine.jobs import ChartJob, FetchedChart, InstallCharts, build_release_jobs
 from mirror.naming import flat_name
 from mirror.settings import ConfigError, MirrorSettings, load_settings
 from mirror.values import ChartInstall, ChartSpec, PointedBlock, build_values, helm_command, render_values, write_values
@@ -181,6 +181,31 @@ def test_an_acr_target_publishes_the_chart_at_its_push_host_where_helm_runs() ->
     assert public == f"helm install hami {chart} -n kube-system --version 2.10.0 -f v.yaml"
     beside = helm_command(spec, "2.10.0", "out/hz/hami-2.10.0.tgz", Path("v.yaml"), private=True)
     assert beside == "helm install hami out/hz/hami-2.10.0.tgz -n kube-system -f v.yaml"  # a file needs no login
+
+
+def test_a_values_extra_key_spelt_like_one_of_the_charts_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    """Helm ignores a key the chart does not read: `devicePlugn:` leaves every setting under it unapplied while the
+    render proof passes. A key the chart lacks with nothing like it is not named (charts read keys they do not
+    declare), nor is one the chart has."""
+    archive = open_chart(hami_chart("docker.io", "2.10.0"), "hami")
+    charts = InstallCharts({"v2.10.0": FetchedChart(archive, tuple(image_blocks(archive, "1.32.0")))})
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    data["targets"] = [{"name": "t", "registry": "registry.cn-hangzhou.aliyuncs.com", "namespace": "my-ns"}]
+    data.setdefault("values", {})["extra"] = {
+        "devicePlugn": {"deviceSplitCount": 4},
+        "devicePlugin": {"nvidiaDriverRot": "/", "nvidiaDriverRoot": "/"},
+        "global": {"imagePullSecret": ["acr"]},
+        "someSettingOfItsOwn": 1,
+    }
+    with caplog.at_level(logging.WARNING, logger="mirror"):
+        build_release_jobs(MirrorSettings(**data), ["v2.10.0"], charts=charts)
+    warned = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("values.extra"))
+    said = "is not a key of chart hami 2.10.0's values: did you mean"
+    assert warned == [
+        f"values.extra: devicePlugin.nvidiaDriverRot {said} devicePlugin.nvidiaDriverRoot?",
+        f"values.extra: devicePlugn {said} devicePlugin?",
+        f"values.extra: global.imagePullSecret {said} global.imagePullSecrets?",
+    ]
 
 
 def test_a_values_key_spelt_like_one_of_the_charts_images_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:

@@ -14,11 +14,13 @@ import fnmatch
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 from mirror import hami
 from mirror.chart.archive import ChartArchive
 from mirror.chart.images import ImageBlock
+from mirror.chart.merge import near_misses
 from mirror.naming import check_unique, flat_name
 from mirror.reference import Repository, api_host, without_userinfo
 from mirror.release import chart_version, normalise_version
@@ -265,6 +267,26 @@ def _warn_near_misses(keys: list[str], chart_keys: Mapping[str, ImageBlock], cha
             log.warning("values_keys: %s is not an image in %s: did you mean %s?", key, chart, near[0])
 
 
+def _warn_values_near_misses(spec: ChartSpec, archive: ChartArchive | None) -> None:
+    """A key of the user's values (values.extra, a `charts:` entry's values) the chart does not have, spelt like
+    one it has: most likely a typo, which Helm would ignore while the render proof still passed."""
+    if archive is None or not spec.extra:
+        return
+    setting = "values.extra" if spec.is_release_chart else f"charts: {spec.name}: values"
+    for path, meant in near_misses(dict(spec.extra), _values_known(archive)):
+        chart = f"chart {archive.name} {archive.version}"
+        log.warning("%s: %s is not a key of %s's values: did you mean %s?", setting, path, chart, meant)
+
+
+def _values_known(archive: ChartArchive) -> dict[str, Any]:
+    """The chart's values.yaml, each subchart's values under its name (and alias), and `global`."""
+    known: dict[str, Any] = {"global": {}}
+    aliases = {str(d["name"]): str(d.get("alias") or d["name"]) for d in archive.dependencies()}
+    for subchart in archive.subcharts:
+        known[aliases.get(subchart.name, subchart.name)] = subchart.values()
+    return {**known, **archive.values()}
+
+
 def _tag_to_write(chart_block: ImageBlock | None, tag: str) -> str | None:
     """A configured image's tag, where the values must carry it: the chart's block renders another tag (its own
     default, another release's), or the chart has no block at that key, so what it renders there is unknown.
@@ -284,6 +306,7 @@ def _chart_job(
 ) -> ChartJob:
     """Every block of the chart outside the allowed registries becomes a use of its copy; one inside a list, which
     values cannot point at a copy, is left where it is (`unmirrored`)."""
+    _warn_values_near_misses(spec, archive)
     mirror_allowed = settings.chart is not None and settings.chart.mirror_acr_images
     uses: list[ImageUse] = []
     unmirrored: list[ImageBlock] = []
