@@ -183,10 +183,13 @@ def test_an_acr_target_publishes_the_chart_at_its_push_host_where_helm_runs() ->
     assert beside == "helm install hami out/hz/hami-2.10.0.tgz -n kube-system -f v.yaml"  # a file needs no login
 
 
-def test_a_values_extra_key_spelt_like_one_of_the_charts_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("images", [None, [{"name": "hami", "source": "projecthami/hami"}]])
+def test_a_values_extra_key_spelt_like_one_of_the_charts_is_warned_of(
+    caplog: pytest.LogCaptureFixture, images: list[dict[str, str]] | None
+) -> None:
     """Helm ignores a key the chart does not read: `devicePlugn:` leaves every setting under it unapplied while the
     render proof passes. A key the chart lacks with nothing like it is not named (charts read keys they do not
-    declare), nor is one the chart has."""
+    declare), nor is one the chart has. With the chart's images or `images:` of the config's own alike."""
     archive = open_chart(hami_chart("docker.io", "2.10.0"), "hami")
     charts = InstallCharts({"v2.10.0": FetchedChart(archive, tuple(image_blocks(archive, "1.32.0")))})
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
@@ -197,6 +200,8 @@ def test_a_values_extra_key_spelt_like_one_of_the_charts_is_warned_of(caplog: py
         "global": {"imagePullSecret": ["acr"]},
         "someSettingOfItsOwn": 1,
     }
+    if images is not None:
+        data["images"] = images
     with caplog.at_level(logging.WARNING, logger="mirror"):
         build_release_jobs(MirrorSettings(**data), ["v2.10.0"], charts=charts)
     warned = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("values.extra"))

@@ -213,6 +213,8 @@ def _release_job(
     for chart, fetched in zip(settings.charts, charts.others, strict=True):
         spec = install_spec(settings, chart)
         chart_jobs.append(_chart_job(settings, spec, fetched.archive, list(fetched.blocks), copies))
+    for chart_job in chart_jobs:
+        _warn_values_near_misses(chart_job.spec, chart_job.archive)
     check_unique((copy.source, copy.image.name) for copy in copies)
     images = tuple(
         ImageJob(
@@ -306,7 +308,6 @@ def _chart_job(
 ) -> ChartJob:
     """Every block of the chart outside the allowed registries becomes a use of its copy; one inside a list, which
     values cannot point at a copy, is left where it is (`unmirrored`)."""
-    _warn_values_near_misses(spec, archive)
     mirror_allowed = settings.chart is not None and settings.chart.mirror_acr_images
     uses: list[ImageUse] = []
     unmirrored: list[ImageBlock] = []
