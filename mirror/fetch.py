@@ -9,7 +9,7 @@ from mirror.errors import MirrorError
 from mirror.reference import without_userinfo
 from mirror.registry.body import ACCEPTED_CODINGS, BodyTooLarge, read_limited
 from mirror.registry.pool import pooled_transport
-from mirror.registry.proxy import ProxyRules, environment_proxies
+from mirror.registry.proxy import ProxyRules, environment_proxies, refusal_kind
 from mirror.registry.retry import RetryPolicy
 from mirror.registry.transport import layered
 from mirror.untrusted import clip
@@ -52,7 +52,9 @@ async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str
             except BodyTooLarge as exc:
                 raise FetchError(f"{what}: {shown} is {exc}") from None
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise FetchError(f"{what}: GET {shown}: {type(exc).__name__}: {clip(without_userinfo(str(exc)))}") from None
+        failed = FetchError(f"{what}: GET {shown}: {type(exc).__name__}: {clip(without_userinfo(str(exc)))}")
+        failed.kind = refusal_kind(exc) or failed.kind  # a proxy's refusal is not the network's passing trouble
+        raise failed from None
 
 
 def _credentials_apart(url: str) -> tuple[httpx.URL, httpx.BasicAuth | None]:

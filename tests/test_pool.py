@@ -5,6 +5,7 @@ over a scripted stream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import select
 import socket
@@ -25,9 +26,11 @@ from mirror.demo.certs import make_certificates
 from mirror.demo.localregistry import LocalRegistry
 from mirror.registry import RegistryClient
 from mirror.registry.http11 import Http11Connection, Origin, Timeouts
+from mirror.registry.options import ClientOptions
 from mirror.registry.pool import ConnectionPool, PooledTransport, pooled_transport
+from mirror.registry.retry import RetryPolicy
 from mirror.registry.sockets import SocketBackend, SocketStream
-from mirror.registry.tls import tls_context
+from mirror.registry.transport import open_http_client
 from tests.support import http_server, with_client
 
 WAIT = 30.0  # seconds a test waits for something that happens at once, on a loaded machine
@@ -46,7 +49,7 @@ def counted_transport(
     max_connections: int = 8, max_idle: int | None = None, keepalive_expiry: float = 600
 ) -> tuple[PooledTransport, CountingBackend]:
     backend = CountingBackend()
-    pool = ConnectionPool(tls_context(False), max_connections, max_idle or max_connections, keepalive_expiry, backend)
+    pool = ConnectionPool(False, max_connections, max_idle or max_connections, keepalive_expiry, backend)
     return PooledTransport(pool), backend
 
 
@@ -510,3 +513,32 @@ def test_a_write_that_fails_after_the_server_answered_still_gives_the_answer() -
 
     assert asyncio.run(exchange()) == (401, b"nope", False)
     assert stream.writes == 2
+
+
+async def test_a_plain_http_registrys_client_checks_an_https_origins_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain-HTTP registry's token realm or blob redirect may be https: its certificate is checked as any
+    other's (such a registry's client once skipped the check, and would have sent its login to anyone)."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    ca, cert, key = make_certificates(tmp_path, {"localhost": "127.0.0.1"})
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(cert, key)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\ntoken")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=serving)
+    realm = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/token"
+    options = ClientOptions(plain_http=True, retry=RetryPolicy(attempts=1), anonymous=True)
+    async with server:
+        async with open_http_client("registry.test:5000", options) as untrusting:
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await untrusting.get(realm)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        async with open_http_client("registry.test:5000", options) as trusting:
+            assert (await trusting.get(realm)).text == "token"

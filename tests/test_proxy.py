@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Awaitable, Callable
+import socket
+import struct
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +18,13 @@ import httpx
 import pytest
 
 from mirror.cli import main
+from mirror.engine.upload import is_transient
+from mirror.errors import Kind
 from mirror.notify.events import Failed, Failure
 from mirror.notify.send import notify
+from mirror.registry.errors import RegistryUnreachable
 from mirror.registry.pool import pooled_transport
-from mirror.registry.proxy import Proxy, ProxyRules, ProxySettingError, bypassed, parse_proxy
+from mirror.registry.proxy import Proxy, ProxyRefused, ProxyRules, ProxySettingError, bypassed, parse_proxy
 from mirror.settings import NotifyChannelSettings, NotifySettings
 from tests.support import write_config
 from tests.test_sync import VERSION
@@ -33,10 +38,10 @@ def rules(**environ: str) -> ProxyRules:
 
 def test_the_upper_case_variable_wins_and_an_empty_one_is_unset() -> None:
     both = rules(HTTPS_PROXY="http://upper:3128", https_proxy="http://lower:3128", http_proxy="plain:8080")
-    assert both.https == Proxy("upper", 3128, url="http://upper:3128")
+    assert both.https == Proxy("upper", 3128)
     assert both.http is not None and (both.http.host, both.http.port) == ("plain", 8080)  # no scheme: http://
-    assert rules(HTTPS_PROXY="", https_proxy="http://lower:3128").https == Proxy("lower", 3128, url="http://lower:3128")
-    assert rules(HTTPS_PROXY="http://proxy.corp").https == Proxy("proxy.corp", 80, url="http://proxy.corp")
+    assert rules(HTTPS_PROXY="", https_proxy="http://lower:3128").https == Proxy("lower", 3128)
+    assert rules(HTTPS_PROXY="http://proxy.corp").https == Proxy("proxy.corp", 80)
     assert rules() == ProxyRules()
 
 
@@ -52,9 +57,16 @@ def test_a_login_becomes_the_proxy_authorization_and_is_never_shown() -> None:
     [
         ("socks5://user:hidden@proxy:1080", "a socks5:// proxy is not supported"),
         ("https://user:hidden@proxy:443", "a https:// proxy is not supported"),
+        ("user:hidden@proxy:3128/x://", "that proxy is not supported"),  # no part of the login repeated
         ("http://user:hidden@:3128", "give the proxy as http://host:port"),
         ("http://user:hidden@proxy:99999", "give the proxy as http://host:port"),
+        ("http://user:hidden@proxy:0", "give the proxy as http://host:port"),
         ("http://user:hidden@proxy:3128/path", "give the proxy as http://host:port"),
+        # Python's URL errors quote the value whole: a full-width @ (typed by a Chinese input method), a bracket
+        ("http://user:hidden\uff20corp@proxy:3128", "give the proxy as http://host:port"),
+        ("http://user:hid[den@proxy:3128", "give the proxy as http://host:port"),
+        ("http://user:hid\tden@proxy:3128", "give the proxy as http://host:port"),  # urlsplit drops a tab
+        ("http://user:hid\x7fden@proxy:3128", "give the proxy as http://host:port"),
     ],
 )
 def test_a_proxy_mirror_cannot_use_is_refused_by_its_variable(value: str, said: str) -> None:
@@ -70,16 +82,25 @@ def test_a_proxy_mirror_cannot_use_is_refused_by_its_variable(value: str, said: 
         ("registry.example.com", 443, "*", True),
         ("registry.example.com", 443, "example.com", True),  # the domain and the hosts under it
         ("example.com", 443, "example.com", True),
-        ("example.com", 443, ".example.com", True),
+        ("example.com", 443, "EXAMPLE.com", True),
+        ("example.com", 443, ".example.com", False),  # with its dot: only the hosts under it, as Go has it
+        ("registry.example.com", 443, ".example.com", True),
         ("registry.example.com", 443, "*.example.com", True),
+        ("example.com", 443, "*.example.com", False),
         ("notexample.com", 443, "example.com", False),  # a suffix of the name, not a domain of it
         ("registry.example.com", 443, "other.com, example.com", True),
         ("registry.example.com", 5000, "registry.example.com:5000", True),
         ("registry.example.com", 443, "registry.example.com:5000", False),  # another port
         ("10.1.2.3", 443, "10.0.0.0/8", True),
         ("10.1.2.3", 443, "10.1.2.3", True),
+        ("10.1.2.3", 5000, "10.1.2.3:5000", True),
+        ("10.1.2.3", 443, "10.1.2.3:5000", False),
         ("11.1.2.3", 443, "10.0.0.0/8", False),
+        ("10.0.0.1", 443, "0.0.1", False),  # a domain entry never matches an address
         ("fd00::5", 443, "fd00::/8", True),
+        ("2001:db8::1", 5000, "[2001:db8::1]:5000", True),
+        ("2001:db8::1", 443, "2001:db8::1", True),
+        ("xn--bcher-kva.example", 443, "bücher.example", True),  # names compare in their IDNA form
         ("registry.example.com", 443, "", False),
     ],
 )
@@ -96,17 +117,17 @@ def test_loopback_is_never_proxied_and_each_scheme_has_its_own_proxy() -> None:
     assert both.for_origin("https", "registry.example.com", 443) == both.https
     assert both.for_origin("http", "registry.example.com", 5000) == both.http
     assert rules(HTTPS_PROXY="http://secure:3128").for_origin("http", "registry.example.com", 80) is None
-    assert rules(HTTPS_PROXY="http://s:1", NO_PROXY="Example.COM").for_origin("https", "a.example.com.", 443) is None
+    assert rules(HTTPS_PROXY="http://s:1", NO_PROXY="Example.COM").for_origin("https", "a.example.com", 443) is None
 
 
 @dataclass
 class ScriptedProxy:
-    """A proxy on loopback that answers every CONNECT with `answer` and closes, unless that is a 200: then it acts
-    as the origin, and answers the request in the tunnel with a 200 saying `tunnelled`."""
+    """A proxy on loopback. A CONNECT it answers with `answer` and closes (an empty one: resets the connection); a
+    request sent to it whole (a plain-HTTP origin's) it answers with a 200 saying `forwarded`."""
 
     answer: bytes
     port: int = 0
-    connects: list[list[bytes]] = field(default_factory=list)  # each CONNECT's head, line by line
+    heads: list[list[bytes]] = field(default_factory=list)  # each request's head as it came, line by line
 
     def url(self, login: str = "") -> str:
         return f"http://{login + '@' if login else ''}127.0.0.1:{self.port}"
@@ -114,13 +135,16 @@ class ScriptedProxy:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-            self.connects.append(head.split(b"\r\n")[:-2])
-            writer.write(self.answer)
+            self.heads.append(head.split(b"\r\n")[:-2])
+            if not head.startswith(b"CONNECT "):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nforwarded")
+            elif not self.answer:
+                writer.transport.set_write_buffer_limits(0)
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close is a reset
+            else:
+                writer.write(self.answer)
             await writer.drain()
-            if self.answer.startswith(b"HTTP/1.1 200"):
-                await reader.readuntil(b"\r\n\r\n")
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntunnelled")
-                await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -136,46 +160,85 @@ async def scripted_proxy(answer: bytes) -> AsyncIterator[ScriptedProxy]:
         yield proxy
 
 
-async def get_through(proxy: ScriptedProxy, url: str, login: str = "") -> httpx.Response:
+async def get_through(proxy: ScriptedProxy, url: str, login: str = "", http2: bool = False) -> httpx.Response:
     proxies = rules(HTTP_PROXY=proxy.url(login), HTTPS_PROXY=proxy.url(login))
-    transport = pooled_transport(LIMITS, verify=True, http2=False, proxies=proxies)
+    transport = pooled_transport(LIMITS, verify=True, http2=http2, proxies=proxies)
     async with httpx.AsyncClient(transport=transport, timeout=5) as client:
         return await client.get(url)
 
 
-async def test_a_plain_http_origin_is_reached_through_the_tunnel_with_the_login() -> None:
+async def test_an_https_origin_is_reached_through_a_tunnel_with_the_login() -> None:
     async with scripted_proxy(b"HTTP/1.1 200 Connection established\r\n\r\n") as proxy:
-        response = await get_through(proxy, "http://registry.example:5000/v2/", login="svc:pw")
-    assert response.status_code == 200 and response.text == "tunnelled"
-    (connect,) = proxy.connects
+        with pytest.raises(httpx.ConnectError):  # the proxy closes the tunnel at once: its opening is what counts
+            await get_through(proxy, "https://registry.example:5000/v2/", login="svc:pw")
+    (connect,) = proxy.heads
     assert connect[0] == b"CONNECT registry.example:5000 HTTP/1.1"
     assert b"Host: registry.example:5000" in connect
     assert b"Proxy-Authorization: Basic " + base64.b64encode(b"svc:pw") in connect
 
 
-Refused = Callable[[], Awaitable[httpx.Response]]
+async def test_a_plain_http_origin_is_sent_to_the_proxy_whole_with_the_login() -> None:
+    """As Go's client and curl send it: proxies commonly allow CONNECT to port 443 only."""
+    async with scripted_proxy(b"") as proxy:
+        response = await get_through(proxy, "http://registry.example:5000/v2/?n=1", login="svc:pw")
+    assert response.status_code == 200 and response.text == "forwarded"
+    (request,) = proxy.heads
+    assert request[0] == b"GET http://registry.example:5000/v2/?n=1 HTTP/1.1"
+    assert b"Host: registry.example:5000" in request
+    assert b"Proxy-Authorization: Basic " + base64.b64encode(b"svc:pw") in request
+
+
+REFUSALS = [
+    (b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", ProxyRefused, "answered 407 Proxy Authentication Required"),
+    (b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", ProxyRefused, "answered 403 Forbidden to CONNECT"),
+    (b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n", httpx.ConnectError, "answered 502 Bad Gateway"),
+]
 
 
 @pytest.mark.parametrize(
     ("answer", "error", "said"),
     [
-        (b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n", httpx.ProxyError, "wants a login"),
-        (b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", httpx.ProxyError, "answered 403 Forbidden to CONNECT"),
-        (b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n", httpx.ConnectError, "answered 502 Bad Gateway"),
-        (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", httpx.ProxyError, "something else than HTTP"),
-        (b"HTTP/1.1 200 OK\r\n\r\nhello", httpx.ProxyError, "sent bytes of its own into the tunnel"),
-        (b"", httpx.ProxyError, "closed the connection instead of answering"),
+        *REFUSALS,
+        (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", ProxyRefused, "something else than HTTP"),
+        (b"HTTP/1.1 200 OK\r\n\r\nhello", ProxyRefused, "sent bytes of its own into the tunnel"),
+        (b"", httpx.ConnectError, "Connection reset"),  # nothing of the request left: sent again
     ],
 )
 async def test_a_tunnel_not_opened_is_said_for_what_the_proxy_did(
     answer: bytes, error: type[Exception], said: str
 ) -> None:
-    """A 502-504 is the proxy failing to reach the origin: a ConnectError, which the retry layer tries again; a
-    refusal or a proxy speaking nonsense is a ProxyError, which it does not."""
+    """A 502-504 or a reset is the proxy failing to reach the origin: a ConnectError, which the retry layer tries
+    again; a refusal or a proxy speaking nonsense is ProxyRefused, which it does not."""
     async with scripted_proxy(answer) as proxy:
         with pytest.raises(error) as raised:
             await get_through(proxy, "https://registry.example/v2/")
     assert said in str(raised.value) and f"proxy 127.0.0.1:{proxy.port}" in str(raised.value)
+
+
+@pytest.mark.parametrize(("answer", "error", "said"), REFUSALS)
+async def test_http2_hosts_tell_a_refusal_as_the_others_do(answer: bytes, error: type[Exception], said: str) -> None:
+    """httpx's own transport (HTTP/2 hosts) raises ProxyError for any answer, a 502 included, naming no proxy."""
+    async with scripted_proxy(answer) as proxy:
+        with pytest.raises(error) as raised:
+            await get_through(proxy, "https://registry.example/v2/", login="svc:hidden", http2=True)
+    assert said in str(raised.value) and f"proxy 127.0.0.1:{proxy.port}" in str(raised.value)
+    assert [head[0] for head in proxy.heads] == [b"CONNECT registry.example:443 HTTP/1.1"]
+    assert b"Proxy-Authorization: Basic " + base64.b64encode(b"svc:hidden") in proxy.heads[0]
+
+
+@pytest.mark.parametrize(
+    ("cause", "kind"),
+    [
+        (ProxyRefused("proxy p:1 answered 407", 407), Kind.AUTH),
+        (ProxyRefused("proxy p:1 answered 403", 403), Kind.REFUSED),
+        (ProxyRefused("proxy p:1 answered CONNECT with something else than HTTP"), Kind.REFUSED),
+        (httpx.ConnectError("proxy p:1 answered 502"), Kind.UNAVAILABLE),
+    ],
+)
+def test_a_proxys_refusal_fails_a_copy_for_good(cause: Exception, kind: Kind) -> None:
+    """Not retried step by step, blob by blob, as a passing network failure is."""
+    unreachable = RegistryUnreachable("GET", "registry.example/x", cause)
+    assert unreachable.kind is kind and is_transient(unreachable) is (kind is Kind.UNAVAILABLE)
 
 
 async def test_a_proxy_that_refuses_connections_is_named() -> None:
@@ -187,14 +250,14 @@ async def test_a_proxy_that_refuses_connections_is_named() -> None:
 
 
 async def test_notifications_go_through_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    async with scripted_proxy(b"HTTP/1.1 200 Connection established\r\n\r\n") as proxy:
+    async with scripted_proxy(b"") as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url())
         monkeypatch.setenv("HOOK_URL", "http://hooks.example/services/T0/B0/x")
         channel = NotifyChannelSettings(name="oncall", kind="slack", url_env="HOOK_URL")
         event = Failed("v2.10.0", (Failure("hami", "t0", "tag not found"),))
         (sent,) = await notify(NotifySettings(channels=[channel], timeout=5, deadline=20), [event])
     assert sent.error is None
-    assert [connect[0] for connect in proxy.connects] == [b"CONNECT hooks.example:80 HTTP/1.1"]
+    assert [head[0] for head in proxy.heads] == [b"POST http://hooks.example/services/T0/B0/x HTTP/1.1"]
 
 
 def test_a_sync_with_a_proxy_it_cannot_use_exits_2_before_any_request(

@@ -6,6 +6,7 @@ import httpx
 
 from mirror.errors import Kind, MirrorError
 from mirror.registry.body import read_limited
+from mirror.registry.proxy import refusal_kind
 from mirror.untrusted import clip, load_json
 
 MAX_ERROR_BODY = 64 * 1024
@@ -35,12 +36,14 @@ class RegistryError(MirrorError):
 
 
 class RegistryUnreachable(MirrorError):
-    """The registry could not be reached at all (DNS, connection refused, TLS, timeout)."""
+    """The registry could not be reached at all (DNS, connection refused, TLS, timeout, a proxy's refusal: which
+    is no passing trouble, and says so in its kind)."""
 
     def __init__(self, action: str, where: str, cause: Exception) -> None:
         reason = clip(str(cause)) or type(cause).__name__
         if "WRONG_VERSION_NUMBER" in reason:  # what OpenSSL makes of an HTTP answer to its TLS hello
             reason += " (it answers in plain HTTP, not HTTPS: is it a registry with plain_http on?)"
+        self.kind = refusal_kind(cause) or self.kind
         super().__init__(f"{action} {where}: registry unreachable: {reason}")
 
 

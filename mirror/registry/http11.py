@@ -14,6 +14,7 @@ from typing import NamedTuple
 import h11
 import httpx
 
+from mirror.registry.proxy import Proxy
 from mirror.registry.sockets import SocketStream
 
 READ_SIZE = 64 * 1024  # bytes asked of the socket stream at a time
@@ -39,9 +40,14 @@ class Timeouts(NamedTuple):
 
 
 class Http11Connection:
-    def __init__(self, origin: Origin, stream: SocketStream, keepalive_expiry: float | None) -> None:
+    """`forwarder`: the proxy the stream goes to, which takes each request whole (a plain-HTTP origin's)."""
+
+    def __init__(
+        self, origin: Origin, stream: SocketStream, keepalive_expiry: float | None, forwarder: Proxy | None = None
+    ) -> None:
         self.origin = origin
         self.stream = stream
+        self._forwarder = forwarder
         self._keepalive_expiry = keepalive_expiry
         self._h11 = h11.Connection(our_role=h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self._idle_until: float | None = None
@@ -57,9 +63,13 @@ class Http11Connection:
         """Write `request` and read up to the response's head. A server may answer before it has read the whole
         body (a refusal) and close its side: the answer is still read."""
         self._idle_until = None
-        target = request.url.raw_path
+        target, headers = request.url.raw_path, request.headers.raw
+        if self._forwarder is not None:  # the absolute form, which a proxy forwards, and the proxy's own login
+            target = request.url.raw_scheme + b"://" + request.url.netloc + target
+            if self._forwarder.authorization:
+                headers = [*headers, (b"Proxy-Authorization", self._forwarder.authorization.encode("ascii"))]
         try:
-            await self._write(h11.Request(method=request.method, target=target, headers=request.headers.raw), timeouts)
+            await self._write(h11.Request(method=request.method, target=target, headers=headers), timeouts)
             assert isinstance(request.stream, httpx.AsyncByteStream)  # the async client's requests
             async for piece in request.stream:
                 await self._write(h11.Data(data=piece), timeouts)

@@ -16,6 +16,7 @@ then: about 30 ms of every run's start-up otherwise."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import time
 from collections import deque
@@ -38,7 +39,7 @@ def pooled_transport(
         return http2_transport(limits, verify, proxies)
     return PooledTransport(
         ConnectionPool(
-            tls_context(verify),
+            verify,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
@@ -52,7 +53,10 @@ def http2_transport(limits: httpx.Limits, verify: bool, proxies: ProxyRules) -> 
     token realm and blob redirects, which the rules may send another way."""
 
     def transport(proxy: Proxy | None) -> httpx.AsyncHTTPTransport:
-        through = httpx.Proxy(proxy.url) if proxy is not None else None
+        through = None
+        if proxy is not None:  # from its parts: the login goes as a header, never through httpx's URL parsing
+            login = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
+            through = httpx.Proxy(f"http://{proxy}", headers=login)
         context = tls_context(verify, http2=True)
         return httpx.AsyncHTTPTransport(limits=limits, verify=context, http2=True, proxy=through)
 
@@ -67,15 +71,14 @@ class ConnectionPool:
 
     def __init__(
         self,
-        ssl_context: ssl.SSLContext,
+        verify: bool = True,
         max_connections: int | None = None,
         max_keepalive_connections: int | None = None,
         keepalive_expiry: float | None = None,
         backend: SocketBackend | None = None,
         proxies: ProxyRules = DIRECT,
     ) -> None:
-        ssl_context.set_alpn_protocols(["http/1.1"])
-        self.ssl_context = ssl_context
+        self._verify = verify
         self._max_connections = max_connections if max_connections is not None else float("inf")
         self._max_idle = max_keepalive_connections if max_keepalive_connections is not None else float("inf")
         self._keepalive_expiry = keepalive_expiry
@@ -86,6 +89,14 @@ class ConnectionPool:
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._woken = 0  # requests woken from the queue that have not yet run again
         self._closed = False
+
+    @functools.cached_property
+    def ssl_context(self) -> ssl.SSLContext:
+        """Made at the first TLS connection: a pool that only ever speaks plain HTTP (a plain-HTTP registry and
+        its realm) never loads the CA bundle, and one that meets an https origin checks its certificate."""
+        context = tls_context(self._verify)
+        context.set_alpn_protocols(["http/1.1"])
+        return context
 
     @property
     def idle(self) -> list[Http11Connection]:
@@ -150,31 +161,36 @@ class ConnectionPool:
     async def _opened(self, origin: Origin, timeouts: Timeouts, sni_hostname: str | None) -> Http11Connection:
         self._open += 1
         try:
-            host = origin.host.decode("ascii")
-            stream = await self._connected(origin.scheme.decode("ascii"), host, origin.port, timeouts.connect)
+            stream, forwarder = await self._connected(origin, timeouts.connect)
             if origin.scheme == b"https":
-                stream = await stream.start_tls(self.ssl_context, sni_hostname or host, timeout=timeouts.connect)
+                host = sni_hostname or origin.host.decode("ascii")
+                stream = await stream.start_tls(self.ssl_context, host, timeout=timeouts.connect)
         except BaseException:
             self._open -= 1
             self._wake_one()
             raise
-        return Http11Connection(origin, stream, self._keepalive_expiry)
+        return Http11Connection(origin, stream, self._keepalive_expiry, forwarder)
 
-    async def _connected(self, scheme: str, host: str, port: int, connect_timeout: float | None) -> SocketStream:
-        """A stream to `host:port`: straight there, or through the tunnel of the proxy the rules name for it."""
-        proxy = self._proxies.for_origin(scheme, host, port)
+    async def _connected(self, origin: Origin, connect_timeout: float | None) -> tuple[SocketStream, Proxy | None]:
+        """A stream to `origin`: straight there, else to the proxy the rules name for it, through its CONNECT
+        tunnel for HTTPS; a plain-HTTP origin's requests are sent to the proxy whole (the proxy returned with the
+        stream), as Go's client and curl send them: proxies commonly allow CONNECT to port 443 only."""
+        host, port = origin.host.decode("ascii"), origin.port
+        proxy = self._proxies.for_origin(origin.scheme.decode("ascii"), host, port)
         if proxy is None:
-            return await self._backend.connect_tcp(host, port, timeout=connect_timeout)
+            return await self._backend.connect_tcp(host, port, timeout=connect_timeout), None
         try:
             stream = await self._backend.connect_tcp(proxy.host, proxy.port, timeout=connect_timeout)
         except httpx.ConnectError as error:  # the system's words do not say which address refused
             raise type(error)(f"proxy {proxy}: {error}") from error
+        if origin.scheme == b"http":
+            return stream, proxy
         try:
             await open_tunnel(stream, proxy, host, port, connect_timeout)
         except BaseException:
             stream.close()
             raise
-        return stream
+        return stream, None
 
     async def _wait_turn(self, deadline: float | None) -> None:
         waiter = asyncio.get_running_loop().create_future()

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
@@ -27,6 +28,7 @@ from mirror.untrusted import clip
 
 MAX_ANSWER_BYTES = 16 * 1024  # a proxy's answer to CONNECT: a status line and a few headers
 DEFAULT_PORT = 80  # of an `http://` proxy URL without one, as Go's client reads it
+SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")  # what a refusal may repeat of the value: a scheme's name
 TRANSIENT_ANSWERS = frozenset({502, 503, 504})  # the proxy could not reach the origin, or is overloaded
 LOGIN_REFUSALS = frozenset({407, 401})  # 407 by the book; tinyproxy answers a CONNECT's bad login with 401
 
@@ -42,7 +44,6 @@ class Proxy:
     host: str
     port: int
     authorization: str | None = field(default=None, repr=False)  # the Proxy-Authorization header's value
-    url: str = field(default="", repr=False)  # as given, login included: for httpx's own (HTTP/2) transport
 
     def __str__(self) -> str:
         return f"{_bracketed(self.host)}:{self.port}"
@@ -68,12 +69,13 @@ class ProxyRules:
 
     def for_origin(self, scheme: str, host: str, port: int) -> Proxy | None:
         proxy = self.https if scheme == "https" else self.http
-        if proxy is None or _is_local(host) or bypassed(host.lower().rstrip("."), port, self.no_proxy):
+        if proxy is None or _is_local(host) or bypassed(host, port, self.no_proxy):
             return None
         return proxy
 
     def for_url(self, url: httpx.URL) -> Proxy | None:
-        return self.for_origin(url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        host = url.raw_host.decode("ascii")  # the IDNA form, as the connection pool's origins have it
+        return self.for_origin(url.scheme, host, url.port or (443 if url.scheme == "https" else 80))
 
 
 DIRECT = ProxyRules()
@@ -89,47 +91,73 @@ def _variable(environ: Mapping[str, str], name: str) -> tuple[str, str] | None:
 
 def parse_proxy(value: str, variable: str) -> Proxy:
     """`http://[user:password@]host[:port]` (or `host:port`, taken as http://). Refusals name the variable and
-    show no login."""
+    never show the value: it may hold a password, and Python's own URL errors quote it whole."""
     text = value.strip()
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme.lower() != "http":
-        raise ProxySettingError(f"{variable}: a {parts.scheme}:// proxy is not supported; give an http:// one")
+    shape = f"{variable}: give the proxy as http://host:port (a login may go before the host)"
+    scheme, separator, _ = text.partition("://")
+    if separator and scheme.lower() != "http":
+        said = f"a {scheme}:// proxy" if SCHEME.fullmatch(scheme) else "that proxy"
+        raise ProxySettingError(f"{variable}: {said} is not supported; give an http:// one")
+    if not text.isprintable() or " " in text:
+        raise ProxySettingError(shape)
     try:
-        host, port = parts.hostname, parts.port or DEFAULT_PORT
-    except ValueError:
-        host, port = None, 0
-    if not host or not 0 < port < 65536 or parts.path not in ("", "/"):
-        raise ProxySettingError(f"{variable}: give the proxy as http://host:port (a login may go before the host)")
+        parts = urlsplit(text if separator else "http://" + text)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # an odd character in the login or the host; its message quotes the value
+        raise ProxySettingError(shape) from None
+    port = DEFAULT_PORT if port is None else port
+    if not host or not 0 < port < 65536 or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ProxySettingError(shape)
     authorization = None
     if parts.username is not None:
         login = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         authorization = "Basic " + base64.b64encode(login).decode("ascii")
-    return Proxy(host, port, authorization, text)
+    return Proxy(host, port, authorization)
 
 
 def bypassed(host: str, port: int, no_proxy: tuple[str, ...]) -> bool:
-    """Whether NO_PROXY sends `host:port` direct: `*` (everything), an IP address or CIDR range, `host` or
-    `host:port`, a domain (`example.com` or `.example.com`: the domain and the hosts under it)."""
+    """Whether NO_PROXY sends `host:port` direct, entry by entry as Go's client reads it: `*` (everything); an IP
+    range (`10.0.0.0/8`); an IP address, with a port or not (`10.1.2.3`, `[fd00::1]:5000`); a domain, with a
+    port or not: `example.com` is it and the hosts under it, `.example.com` and `*.example.com` only the hosts
+    under it. Domain entries never match an IP address; names compare in their IDNA (ASCII) form."""
     address = _ip(host)
+    name = host.lower()
     for entry in no_proxy:
         if entry == "*":
             return True
-        if address is not None and _ip_entry_matches(entry, address):
-            return True
-        name, _, entry_port = entry.rpartition(":") if _has_port(entry) else (entry, "", "")
+        if "/" in entry:
+            if address is not None and _in_range(address, entry):
+                return True
+            continue
+        entry_host, entry_port = _split_host_port(entry) or (entry, "")
         if entry_port and entry_port != str(port):
             continue
-        domain = name.removeprefix("*").removeprefix(".").rstrip(".")
-        if domain and (host == domain or host.endswith("." + domain)):
+        entry_address = _ip(entry_host)
+        if entry_address is not None:
+            if address == entry_address:
+                return True
+        elif address is None and _under_domain(name, entry_host):
             return True
     return False
 
 
-def _has_port(entry: str) -> bool:
+def _split_host_port(entry: str) -> tuple[str, str] | None:
+    """`host:port` or `[v6]:port` apart, as Go's net.SplitHostPort; None where the entry is not of that form."""
+    if entry.startswith("["):
+        end = entry.find("]")
+        return (entry[1:end], entry[end + 2 :]) if end > 0 and entry[end + 1 : end + 2] == ":" else None
     head, colon, tail = entry.rpartition(":")
-    return bool(colon) and tail.isdigit() and not head.endswith(":") and "]" not in tail
+    return (head, tail) if colon and ":" not in head else None
+
+
+def _under_domain(host: str, entry: str) -> bool:
+    entry = entry[1:] if entry.startswith("*.") else entry
+    exact = not entry.startswith(".")
+    try:
+        domain = entry.removeprefix(".").encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    return bool(domain) and (host.endswith("." + domain) or (exact and host == domain))
 
 
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -139,9 +167,9 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
-def _ip_entry_matches(entry: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+def _in_range(address: ipaddress.IPv4Address | ipaddress.IPv6Address, entry: str) -> bool:
     try:
-        return address in ipaddress.ip_network(entry.strip("[]"), strict=False)
+        return address in ipaddress.ip_network(entry, strict=False)
     except ValueError:
         return False
 
@@ -155,29 +183,44 @@ def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+class ProxyRefused(httpx.ProxyError):
+    """The proxy would not open a tunnel (a 403, a login it wants or refuses) or did not speak HTTP: not retried,
+    and a copy it stops is refused (`refusal_kind`), not failed for the network."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def refusal_kind(error: BaseException) -> Kind | None:
+    """The kind of failure a proxy's refusal is (a login: AUTH; else REFUSED); None for any other error."""
+    if not isinstance(error, ProxyRefused):
+        return None
+    return Kind.AUTH if error.status in LOGIN_REFUSALS else Kind.REFUSED
+
+
 async def open_tunnel(stream: SocketStream, proxy: Proxy, host: str, port: int, within: float | None) -> None:
     """Ask `proxy`, connected on `stream`, for a tunnel to `host:port`, in at most `within` seconds. A refusal is
-    httpx.ProxyError (not retried); the proxy failing to reach the origin (502-504) is a ConnectError, as a
-    direct connection's failure is."""
-    authority = f"{_bracketed(host)}:{port}".encode("ascii")
-    headers = [(b"Host", authority)]
+    ProxyRefused; the proxy failing to reach the origin (502-504), or dropping the connection before it answers,
+    is a ConnectError, as a direct connection's failure is: nothing of the request has left."""
+    authority = f"{_bracketed(host)}:{port}"
+    headers = [(b"Host", authority.encode("ascii"))]
     if proxy.authorization:
         headers.append((b"Proxy-Authorization", proxy.authorization.encode("ascii")))
     protocol = h11.Connection(our_role=h11.CLIENT, max_incomplete_event_size=MAX_ANSWER_BYTES)
-    request = protocol.send(h11.Request(method=b"CONNECT", target=authority, headers=headers))
+    request = protocol.send(h11.Request(method=b"CONNECT", target=authority.encode("ascii"), headers=headers))
     try:
         async with asyncio.timeout(within):
             await stream.write(request + (protocol.send(h11.EndOfMessage()) or b""))
             answer = await _answer(protocol, stream, proxy)
     except TimeoutError:
-        raise httpx.ConnectTimeout(f"proxy {proxy} did not open a tunnel to {authority.decode()} in time") from None
-    status = answer.status_code
-    if status in TRANSIENT_ANSWERS:
-        raise httpx.ConnectError(_refusal(proxy, authority, answer))
-    if not 200 <= status < 300:
-        raise httpx.ProxyError(_refusal(proxy, authority, answer))
+        raise httpx.ConnectTimeout(f"proxy {proxy} did not open a tunnel to {authority} in time") from None
+    except (httpx.ReadError, httpx.WriteError) as error:
+        raise httpx.ConnectError(f"proxy {proxy}: {error}") from error
+    if not 200 <= answer.status_code < 300:
+        raise answered(proxy, authority, answer.status_code, answer.reason.decode("latin-1"))
     if protocol.trailing_data[0]:  # the origin speaks only once the client has: nothing may come first
-        raise httpx.ProxyError(f"proxy {proxy} sent bytes of its own into the tunnel to {authority.decode()}")
+        raise ProxyRefused(f"proxy {proxy} sent bytes of its own into the tunnel to {authority}")
 
 
 async def _answer(protocol: h11.Connection, stream: SocketStream, proxy: Proxy) -> h11.Response:
@@ -185,29 +228,32 @@ async def _answer(protocol: h11.Connection, stream: SocketStream, proxy: Proxy) 
         try:
             event = protocol.next_event()
         except h11.RemoteProtocolError as error:
-            raise httpx.ProxyError(f"proxy {proxy} answered CONNECT with something else than HTTP: {error}") from None
+            raise ProxyRefused(f"proxy {proxy} answered CONNECT with something else than HTTP: {error}") from None
         if isinstance(event, h11.Response):
             return event
         if event is h11.NEED_DATA:
             data = await stream.read(MAX_ANSWER_BYTES)
             if not data:
-                raise httpx.ProxyError(f"proxy {proxy} closed the connection instead of answering CONNECT")
+                raise ProxyRefused(f"proxy {proxy} closed the connection instead of answering CONNECT")
             protocol.receive_data(data)
         elif not isinstance(event, h11.InformationalResponse):
-            raise httpx.ProxyError(f"proxy {proxy} answered CONNECT with {type(event).__name__}")
+            raise ProxyRefused(f"proxy {proxy} answered CONNECT with {type(event).__name__}")
 
 
-def _refusal(proxy: Proxy, authority: bytes, answer: h11.Response) -> str:
-    reason = clip(answer.reason.decode("latin-1"), 100)
-    said = f"proxy {proxy} answered {answer.status_code} {reason}".rstrip() + f" to CONNECT {authority.decode()}"
-    if answer.status_code in LOGIN_REFUSALS:
-        return said + (": it refused the login in the proxy URL" if proxy.authorization else ": it wants a login")
-    return said
+def answered(proxy: Proxy, authority: str, status: int, reason: str) -> httpx.TransportError:
+    """A CONNECT's answer other than 2xx, as the error to raise: ConnectError for a 502-504, else ProxyRefused."""
+    said = f"proxy {proxy} answered {status} {clip(reason, 100)}".rstrip() + f" to CONNECT {authority}"
+    if status in TRANSIENT_ANSWERS:
+        return httpx.ConnectError(said)
+    if status in LOGIN_REFUSALS:
+        said += ": it refused the login in the proxy URL" if proxy.authorization else ": it wants a login"
+    return ProxyRefused(said, status)
 
 
 class ProxyRouting(httpx.AsyncBaseTransport):
     """Each request to the transport its origin's proxy (or none) calls for, each transport made when first
-    needed: for httpx's own transport, which takes one proxy for every origin."""
+    needed: for httpx's own transport (HTTP/2 hosts), which takes one proxy for every origin. Its tunnel's
+    refusals are told as mirror's own tunnel tells them."""
 
     def __init__(self, rules: ProxyRules, make: Callable[[Proxy | None], httpx.AsyncBaseTransport]) -> None:
         self._rules = rules
@@ -219,7 +265,14 @@ class ProxyRouting(httpx.AsyncBaseTransport):
         transport = self._transports.get(proxy)
         if transport is None:
             transport = self._transports[proxy] = self._make(proxy)
-        return await transport.handle_async_request(request)
+        try:
+            return await transport.handle_async_request(request)
+        except httpx.ProxyError as error:
+            if proxy is None or isinstance(error, ProxyRefused):
+                raise
+            status, _, reason = str(error).partition(" ")  # httpcore's words: "<status> <reason>"
+            authority = f"{_bracketed(request.url.host)}:{request.url.port or 443}"
+            raise answered(proxy, authority, int(status) if status.isdigit() else 0, reason) from error
 
     async def aclose(self) -> None:
         for transport in self._transports.values():

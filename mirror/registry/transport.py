@@ -46,10 +46,10 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
         return await resolve_credentials(host, options.username, options.password, options.docker_config)
 
     limits = httpx.Limits(max_connections=options.max_connections, max_keepalive_connections=options.max_connections)
-    # A plain-HTTP registry never uses TLS: skip loading the CA bundle (tens of milliseconds at start-up).
-    connections = pooled_transport(
-        limits, verify=not options.plain_http, http2=options.http2 and not options.plain_http, proxies=options.proxies
-    )
+    # verified whatever the registry's scheme: its token realm or a blob's redirect may be https (the pool loads
+    # the CA bundle at its first TLS connection, so a plain-HTTP registry that never meets one does not)
+    http2 = options.http2 and not options.plain_http
+    connections = pooled_transport(limits, verify=True, http2=http2, proxies=options.proxies)
     return httpx.AsyncClient(
         base_url=base_url(host, options.plain_http),
         transport=layered(
