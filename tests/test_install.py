@@ -194,6 +194,7 @@ def test_a_pinned_digest_the_source_no_longer_serves_fails_with_one_line(
         f"mirror: {VERSION} projecthami_hami-webui-fe-oss: {hub.host}/{FRONTEND}:v1.3.0@{pinned}: "
         "the pinned digest is no longer served at the source"
     ], err
+    assert not [e for e in hub.access_log() if "/tags/list" in e.path]  # a pinned digest is not looked up
     # HAMi's values are written; HAMi-WebUI's, which would pull the missing image, are not
     assert [v["chart_name"] for v in report["values"]] == ["hami"]
     assert not (tmp_path / "out" / "t0" / "hami-webui-values.yaml").exists()

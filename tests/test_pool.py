@@ -30,6 +30,7 @@ from mirror.registry.options import ClientOptions
 from mirror.registry.pool import ConnectionPool, PooledTransport, pooled_transport
 from mirror.registry.retry import RetryPolicy
 from mirror.registry.sockets import SocketBackend, SocketStream
+from mirror.registry.tls import TrustError
 from mirror.registry.transport import open_http_client
 from tests.support import http_server, with_client
 
@@ -542,3 +543,27 @@ async def test_a_plain_http_registrys_client_checks_an_https_origins_certificate
         monkeypatch.setenv("SSL_CERT_FILE", str(ca))
         async with open_http_client("registry.test:5000", options) as trusting:
             assert (await trusting.get(realm)).text == "token"
+
+
+async def test_a_ca_bundle_that_cannot_be_loaded_is_one_line_before_any_connection(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The pool takes its TLS context at its first TLS connection: a bundle the environment names wrongly is said
+    then, naming the variable, with no socket opened for it."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    backend = CountingBackend()
+    pool = ConnectionPool(True, backend=backend)
+    async with httpx.AsyncClient(transport=PooledTransport(pool)) as client:
+        with pytest.raises(TrustError, match=r"the CA bundle \(SSL_CERT_FILE=\S+missing.pem\) cannot be loaded"):
+            await client.get("https://registry.example/v2/")
+    assert backend.connects == 0 and pool.open_connections == 0
+
+
+async def test_a_url_that_is_not_http_is_not_sent() -> None:
+    """A chart repository redirecting to ftp:// or file:// (httpx follows any scheme): nothing is sent."""
+    backend = CountingBackend()
+    async with httpx.AsyncClient(transport=PooledTransport(ConnectionPool(True, backend=backend))) as client:
+        for url in ("ftp://127.0.0.1:9/chart.tgz", "file:///etc/passwd"):
+            with pytest.raises(httpx.UnsupportedProtocol):
+                await client.get(url)
+    assert backend.connects == 0

@@ -120,10 +120,14 @@ def test_loopback_is_never_proxied_and_each_scheme_has_its_own_proxy() -> None:
     assert rules(HTTPS_PROXY="http://s:1", NO_PROXY="Example.COM").for_origin("https", "a.example.com", 443) is None
 
 
+RESET, CLOSE = b"", b"close"
+
+
 @dataclass
 class ScriptedProxy:
-    """A proxy on loopback. A CONNECT it answers with `answer` and closes (an empty one: resets the connection); a
-    request sent to it whole (a plain-HTTP origin's) it answers with a 200 saying `forwarded`."""
+    """A proxy on loopback. A CONNECT it answers with `answer` and closes (RESET: resets the connection, CLOSE:
+    closes it unanswered); a request sent to it whole (a plain-HTTP origin's) it answers with a 200 saying
+    `forwarded`, or with `answer` where that is a 407."""
 
     answer: bytes
     port: int = 0
@@ -136,9 +140,11 @@ class ScriptedProxy:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             self.heads.append(head.split(b"\r\n")[:-2])
-            if not head.startswith(b"CONNECT "):
+            if not head.startswith(b"CONNECT ") and not self.answer.startswith(b"HTTP/1.1 407"):
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nforwarded")
-            elif not self.answer:
+            elif self.answer == CLOSE:
+                pass
+            elif self.answer == RESET:
                 writer.transport.set_write_buffer_limits(0)
                 sock = writer.get_extra_info("socket")
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close is a reset
@@ -179,7 +185,7 @@ async def test_an_https_origin_is_reached_through_a_tunnel_with_the_login() -> N
 
 async def test_a_plain_http_origin_is_sent_to_the_proxy_whole_with_the_login() -> None:
     """As Go's client and curl send it: proxies commonly allow CONNECT to port 443 only."""
-    async with scripted_proxy(b"") as proxy:
+    async with scripted_proxy(RESET) as proxy:
         response = await get_through(proxy, "http://registry.example:5000/v2/?n=1", login="svc:pw")
     assert response.status_code == 200 and response.text == "forwarded"
     (request,) = proxy.heads
@@ -192,6 +198,7 @@ REFUSALS = [
     (b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", ProxyRefused, "answered 407 Proxy Authentication Required"),
     (b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", ProxyRefused, "answered 403 Forbidden to CONNECT"),
     (b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n", httpx.ConnectError, "answered 502 Bad Gateway"),
+    (b"HTTP/1.1 500 Unable to connect\r\n\r\n", httpx.ConnectError, "answered 500 Unable to connect"),  # tinyproxy
 ]
 
 
@@ -201,7 +208,8 @@ REFUSALS = [
         *REFUSALS,
         (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", ProxyRefused, "something else than HTTP"),
         (b"HTTP/1.1 200 OK\r\n\r\nhello", ProxyRefused, "sent bytes of its own into the tunnel"),
-        (b"", httpx.ConnectError, "Connection reset"),  # nothing of the request left: sent again
+        (RESET, httpx.ConnectError, "Connection reset"),  # nothing of the request left: sent again
+        (CLOSE, httpx.ConnectError, "closed the connection instead of answering CONNECT"),
     ],
 )
 async def test_a_tunnel_not_opened_is_said_for_what_the_proxy_did(
@@ -241,16 +249,28 @@ def test_a_proxys_refusal_fails_a_copy_for_good(cause: Exception, kind: Kind) ->
     assert unreachable.kind is kind and is_transient(unreachable) is (kind is Kind.UNAVAILABLE)
 
 
+async def test_a_plain_http_origins_login_refused_by_the_proxy_is_the_proxys() -> None:
+    """A 407 to a request sent whole comes from the proxy, never the origin: said so, not retried."""
+    async with scripted_proxy(b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n") as proxy:
+        with pytest.raises(ProxyRefused) as raised:
+            await get_through(proxy, "http://registry.example:5000/v2/", login="svc:hidden")
+    assert str(raised.value) == (
+        f"proxy 127.0.0.1:{proxy.port} answered 407 Proxy Authentication Required to GET registry.example:5000: "
+        "it refused the login in the proxy URL"
+    )
+    assert raised.value.status == 407
+
+
 async def test_a_proxy_that_refuses_connections_is_named() -> None:
-    async with scripted_proxy(b"") as proxy:
+    async with scripted_proxy(RESET) as proxy:
         port = proxy.port
     with pytest.raises(httpx.ConnectError) as raised:  # the server is closed: nothing listens there now
-        await get_through(ScriptedProxy(b"", port), "https://registry.example/v2/")
+        await get_through(ScriptedProxy(RESET, port), "https://registry.example/v2/")
     assert str(raised.value).startswith(f"proxy 127.0.0.1:{port}: ")
 
 
 async def test_notifications_go_through_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    async with scripted_proxy(b"") as proxy:
+    async with scripted_proxy(RESET) as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url())
         monkeypatch.setenv("HOOK_URL", "http://hooks.example/services/T0/B0/x")
         channel = NotifyChannelSettings(name="oncall", kind="slack", url_env="HOOK_URL")

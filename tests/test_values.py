@@ -13,6 +13,7 @@ from mirror.chart.archive import open_chart
 from mirror.chart.images import image_blocks, pull_secret_paths
 from mirror.chart.render import RenderRequest, render_images
 from mirror.demo.samplechart import hami_chart
+from mirror.demo.samplewebui import webui_chart
 from mirror.engine.jobs import ChartJob, FetchedChart, InstallCharts, build_release_jobs
 from mirror.naming import flat_name
 from mirror.settings import ConfigError, MirrorSettings, load_settings
@@ -210,6 +211,32 @@ def test_a_values_extra_key_spelt_like_one_of_the_charts_is_warned_of(
         f"values.extra: devicePlugin.nvidiaDriverRot {said} devicePlugin.nvidiaDriverRoot?",
         f"values.extra: devicePlugn {said} devicePlugin?",
         f"values.extra: global.imagePullSecret {said} global.imagePullSecrets?",
+    ]
+
+
+def test_a_subcharts_own_keys_count_and_labels_are_left_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """HAMi-WebUI's values name its subcharts (to switch them on) without their keys: the subcharts' own keys,
+    at any depth, are keys of the chart too (kube-prometheus-stack's kubeStateMetrics is not a misspelt
+    kube-state-metrics); a label or annotation key is nobody's typo (kubernetes.io/arch next to
+    kubernetes.io/os); a misspelt key of a subchart's own is still one."""
+    archive = open_chart(webui_chart(), "hami-webui")
+    charts = InstallCharts(others=(FetchedChart(archive, tuple(image_blocks(archive, "1.32.0"))),))
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    data["targets"] = [{"name": "t", "registry": "registry.cn-hangzhou.aliyuncs.com", "namespace": "my-ns"}]
+    webui = {
+        "kube-prometheus-stack": {"kubeStateMetrics": {"enabled": False}, "kube-state-metrics": {"imagee": {}}},
+        "dcgm-exporter": {"imag": {"tag": "x"}, "nodeSelector": {"kubernetes.io/arch": "amd64"}},
+    }
+    data["charts"] = [{"repository": "https://project-hami.github.io/HAMi-WebUI", "name": "hami-webui"}]
+    data["charts"][0]["values"] = webui
+    with caplog.at_level(logging.WARNING, logger="mirror"):
+        build_release_jobs(MirrorSettings(**data), ["v2.10.0"], charts=charts)
+    warned = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("charts: "))
+    said = "is not a key of chart hami-webui 1.3.0's values: did you mean"
+    assert warned == [
+        f"charts: hami-webui: values: dcgm-exporter.imag {said} dcgm-exporter.image?",
+        f"charts: hami-webui: values: kube-prometheus-stack.kube-state-metrics.imagee {said} "
+        "kube-prometheus-stack.kube-state-metrics.image?",
     ]
 
 

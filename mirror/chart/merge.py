@@ -16,16 +16,19 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def near_misses(given: dict[str, Any], known: dict[str, Any], at: str = "") -> list[tuple[str, str]]:
+def near_misses(given: dict[str, Any], known: dict[Any, Any], at: str = "") -> list[tuple[str, str]]:
     """Keys of `given` that `known` (a chart's values) lacks but has one spelt nearly alike: (the key's dotted
     path, the path it most likely meant). A key with no near match may be one the chart reads without declaring
-    it, and is not named; mappings are followed where both sides have one."""
+    it, and is not named; nor is a key with a `/` in it, a label's or an annotation's (`kubernetes.io/arch` is
+    not a misspelt `kubernetes.io/os`). Mappings are followed where both sides have one."""
+    names = {str(key): key for key in known}
     found: list[tuple[str, str]] = []
     for key, value in given.items():
         path = f"{at}{key}"
-        if key in known:
-            if isinstance(value, dict) and isinstance(known[key], dict):
-                found += near_misses(value, known[key], f"{path}.")
-        elif near := difflib.get_close_matches(key, [str(k) for k in known], n=1, cutoff=0.8):
+        if key in names:
+            inner = known[names[key]]
+            if isinstance(value, dict) and isinstance(inner, dict):
+                found += near_misses(value, inner, f"{path}.")
+        elif "/" not in key and (near := difflib.get_close_matches(key, names, n=1, cutoff=0.8)):
             found.append((path, f"{at}{near[0]}"))
     return found

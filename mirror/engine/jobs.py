@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from mirror import hami
 from mirror.chart.archive import ChartArchive
 from mirror.chart.images import ImageBlock
-from mirror.chart.merge import near_misses
+from mirror.chart.merge import deep_merge, near_misses
 from mirror.naming import check_unique, flat_name
 from mirror.reference import Repository, api_host, without_userinfo
 from mirror.release import chart_version, normalise_version
@@ -280,13 +280,26 @@ def _warn_values_near_misses(spec: ChartSpec, archive: ChartArchive | None) -> N
         log.warning("%s: %s is not a key of %s's values: did you mean %s?", setting, path, chart, meant)
 
 
-def _values_known(archive: ChartArchive) -> dict[str, Any]:
-    """The chart's values.yaml, each subchart's values under its name (and alias), and `global`."""
-    known: dict[str, Any] = {"global": {}}
-    aliases = {str(d["name"]): str(d.get("alias") or d["name"]) for d in archive.dependencies()}
-    for subchart in archive.subcharts:
-        known[aliases.get(subchart.name, subchart.name)] = subchart.values()
-    return {**known, **archive.values()}
+def _values_known(chart: ChartArchive) -> dict[str, Any]:
+    """What the chart's values may hold: its values.yaml over each subchart instance's own (under its alias or
+    name, at any depth), and every chart's `global` together."""
+    known: dict[str, Any] = {}
+    shared: dict[str, Any] = {}
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for entry in chart.dependencies():
+        by_name.setdefault(entry["name"], []).append(entry)
+    for subchart in chart.subcharts:
+        own = _values_known(subchart)
+        shared = deep_merge(shared, _mapping(own.get("global")))
+        for entry in by_name.get(subchart.name) or [{}]:
+            known[str(entry.get("alias") or subchart.name)] = own
+    merged = deep_merge(known, chart.values())
+    merged["global"] = deep_merge(shared, _mapping(merged.get("global")))
+    return merged
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _tag_to_write(chart_block: ImageBlock | None, tag: str) -> str | None:

@@ -205,7 +205,8 @@ class Syncer:
     async def _resolve(self, job: ImageJob) -> Descriptor | str:
         """The source's descriptor, or why there is none. A HEAD's 404 cannot tell an unknown repository (a
         misspelt name) from an unknown tag: only then is the registry asked whether it knows the repository, and
-        where that look-up fails, the tag or the pinned digest is blamed as the 404 alone would have it."""
+        where that look-up fails, the tag is blamed as the 404 alone would have it. A pinned digest is not looked
+        up: distribution answers a repository holding only untagged manifests as unknown to its tag list."""
         source = self.clients[job.source.registry]
         try:
             resolved = await source.head_manifest(job.source.name, job.source_identifier)
@@ -213,14 +214,15 @@ class Syncer:
             return str(exc)
         if resolved is not None:
             return resolved
+        if job.digest:  # a repository of untagged manifests has no tag list either: it would read as missing
+            return f"{job.source_ref}: the pinned digest is no longer served at the source"
         try:
             repository_known = await source.has_repository(job.source.name)
         except MirrorError:
             repository_known = True
         if not repository_known:
             return f"{job.source_ref}: repository {job.source.name} not found at the source"
-        missing = "the pinned digest is no longer served" if job.digest else "tag not found"
-        return f"{job.source_ref}: {missing} at the source"
+        return f"{job.source_ref}: tag not found at the source"
 
     async def _check_signature(
         self, job: ImageJob, digest: str, current: dict[str, asyncio.Task[Descriptor | None]]

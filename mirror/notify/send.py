@@ -19,6 +19,7 @@ from mirror.notify.events import Event
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.pool import pooled_transport
 from mirror.registry.proxy import environment_proxies
+from mirror.registry.tls import TrustError
 from mirror.settings import NotifyChannelSettings, NotifySettings
 from mirror.untrusted import clip
 
@@ -27,7 +28,7 @@ log = logging.getLogger("mirror")
 MAX_ANSWER_BYTES = 64 * 1024
 NOT_ARRIVED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)  # the post never left: send it again
 RETRY_DELAY = 1.0  # then doubled
-CONNECTIONS = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+CONNECTIONS = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's own: posts go at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ async def _post(
             async with http.stream("POST", post.url, content=post.body, headers=post.headers) as response:
                 body = await read_limited(response, MAX_ANSWER_BYTES, truncate=True)
                 status = response.status_code
-        except (httpx.HTTPError, BodyTooLarge) as exc:
+        except (httpx.HTTPError, BodyTooLarge, TrustError) as exc:
             error = f"{type(exc).__name__}: {_without(str(exc), url)}"
             if isinstance(exc, NOT_ARRIVED):
                 continue

@@ -39,7 +39,8 @@ class AuthError(RegistryError):
     """The registry or its token server refused us."""
 
     def __init__(self, host: str, repository: str, status: int, code: str, message: str) -> None:
-        super().__init__("access denied to", f"{repository or '/v2/'} at {host}", status, code, message)
+        action = "access denied to" if status in AUTHORIZATION_REFUSALS else "no token for"
+        super().__init__(action, f"{repository or '/v2/'} at {host}", status, code, message)
 
 
 class _LeaderGone(Exception):
@@ -255,7 +256,8 @@ class RegistryAuth(httpx.Auth):
             raise AuthError(self.host, repository, status, "", f"token server {token_host}: {exc}") from None
         if (status := response.status_code) != 200:
             code, message = parse_error_body(body)
-            refusal = f"token server {token_host} refused{self._whose(status)}: {message or response.reason_phrase}"
+            said = "refused" if status in AUTHORIZATION_REFUSALS else "failed"  # a 5xx is an outage, not a no
+            refusal = f"token server {token_host} {said}{self._whose(status)}: {message or response.reason_phrase}"
             raise AuthError(self.host, repository, status, code, refusal)
         try:
             token = parse_token_response(body, time.monotonic())

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import h11
 import httpx
 
-from mirror.registry.proxy import Proxy
+from mirror.registry.proxy import Proxy, answered
 from mirror.registry.sockets import SocketStream
 
 READ_SIZE = 64 * 1024  # bytes asked of the socket stream at a time
@@ -79,6 +79,9 @@ class Http11Connection:
         while True:
             event = await self._next_event(timeouts.read)
             if isinstance(event, h11.Response):
+                if self._forwarder is not None and event.status_code == 407:  # the proxy's, never the origin's
+                    asked = f"{request.method} {request.url.netloc.decode('ascii')}"
+                    raise answered(self._forwarder, asked, 407, event.reason.decode("latin-1"))
                 return event
             if not isinstance(event, h11.InformationalResponse):  # 1xx heads come before the answer
                 raise httpx.RemoteProtocolError(f"unexpected {type(event).__name__} before the response")

@@ -161,10 +161,11 @@ class ConnectionPool:
     async def _opened(self, origin: Origin, timeouts: Timeouts, sni_hostname: str | None) -> Http11Connection:
         self._open += 1
         try:
+            context = self.ssl_context if origin.scheme == b"https" else None  # before a socket is opened for it
             stream, forwarder = await self._connected(origin, timeouts.connect)
-            if origin.scheme == b"https":
+            if context is not None:
                 host = sni_hostname or origin.host.decode("ascii")
-                stream = await stream.start_tls(self.ssl_context, host, timeout=timeouts.connect)
+                stream = await stream.start_tls(context, host, timeout=timeouts.connect)
         except BaseException:
             self._open -= 1
             self._wake_one()
@@ -232,7 +233,9 @@ class PooledTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        origin = Origin(url.raw_scheme, url.raw_host, url.port or DEFAULT_PORTS.get(url.raw_scheme, 80))
+        if url.raw_scheme not in DEFAULT_PORTS:  # a redirect followed to ftp:// or file://, say
+            raise httpx.UnsupportedProtocol(f"{url.scheme}:// is not HTTP: not followed")
+        origin = Origin(url.raw_scheme, url.raw_host, url.port or DEFAULT_PORTS[url.raw_scheme])
         timeouts = Timeouts.of(request)
         connection = await self.pool.acquire(origin, timeouts, request.extensions.get("sni_hostname"))
         try:

@@ -3,10 +3,11 @@
 `NO_PROXY` for the hosts reached directly. As Go's HTTP client (and so Docker and skopeo) does, `localhost` and
 loopback addresses are never proxied: a local registry stays local whatever the environment says.
 
-A connection through the proxy is a CONNECT tunnel (`open_tunnel`), with TLS inside it for an HTTPS origin, so
-the proxy sees host names and ports, never a request or a credential meant for a registry. Plain-HTTP origins
-are tunnelled too: the proxy must allow CONNECT to their ports. The proxy itself is spoken to in plain HTTP
-(`http://[user:password@]host[:port]`); its login, if any, goes in `Proxy-Authorization` and is never shown."""
+A connection to an HTTPS origin through the proxy is a CONNECT tunnel (`open_tunnel`) with TLS inside it, so the
+proxy sees host names and ports, never a request or a credential meant for a registry. A plain-HTTP origin's
+requests are sent to the proxy whole (`http11.py`), as Go's client and curl send them: proxies commonly allow
+CONNECT to port 443 only. The proxy itself is spoken to in plain HTTP (`http://[user:password@]host[:port]`);
+its login, if any, goes in `Proxy-Authorization` and is never shown."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ from mirror.untrusted import clip
 MAX_ANSWER_BYTES = 16 * 1024  # a proxy's answer to CONNECT: a status line and a few headers
 DEFAULT_PORT = 80  # of an `http://` proxy URL without one, as Go's client reads it
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")  # what a refusal may repeat of the value: a scheme's name
-TRANSIENT_ANSWERS = frozenset({502, 503, 504})  # the proxy could not reach the origin, or is overloaded
+# the proxy could not reach the origin (502-504; tinyproxy says 500), timed out, or is overloaded: as a failed
+# connection, tried again
+TRANSIENT_ANSWERS = frozenset({408, 429})
 LOGIN_REFUSALS = frozenset({407, 401})  # 407 by the book; tinyproxy answers a CONNECT's bad login with 401
 
 
@@ -201,8 +204,8 @@ def refusal_kind(error: BaseException) -> Kind | None:
 
 async def open_tunnel(stream: SocketStream, proxy: Proxy, host: str, port: int, within: float | None) -> None:
     """Ask `proxy`, connected on `stream`, for a tunnel to `host:port`, in at most `within` seconds. A refusal is
-    ProxyRefused; the proxy failing to reach the origin (502-504), or dropping the connection before it answers,
-    is a ConnectError, as a direct connection's failure is: nothing of the request has left."""
+    ProxyRefused; the proxy failing to reach the origin (a 5xx), or dropping the connection before it answers, is
+    a ConnectError, as a direct connection's failure is: nothing of the request has left."""
     authority = f"{_bracketed(host)}:{port}"
     headers = [(b"Host", authority.encode("ascii"))]
     if proxy.authorization:
@@ -218,7 +221,7 @@ async def open_tunnel(stream: SocketStream, proxy: Proxy, host: str, port: int, 
     except (httpx.ReadError, httpx.WriteError) as error:
         raise httpx.ConnectError(f"proxy {proxy}: {error}") from error
     if not 200 <= answer.status_code < 300:
-        raise answered(proxy, authority, answer.status_code, answer.reason.decode("latin-1"))
+        raise answered(proxy, f"CONNECT {authority}", answer.status_code, answer.reason.decode("latin-1"))
     if protocol.trailing_data[0]:  # the origin speaks only once the client has: nothing may come first
         raise ProxyRefused(f"proxy {proxy} sent bytes of its own into the tunnel to {authority}")
 
@@ -233,17 +236,18 @@ async def _answer(protocol: h11.Connection, stream: SocketStream, proxy: Proxy) 
             return event
         if event is h11.NEED_DATA:
             data = await stream.read(MAX_ANSWER_BYTES)
-            if not data:
-                raise ProxyRefused(f"proxy {proxy} closed the connection instead of answering CONNECT")
+            if not data:  # a proxy restarting, or a balancer in front of one: nothing of the request has left
+                raise httpx.ConnectError(f"proxy {proxy} closed the connection instead of answering CONNECT")
             protocol.receive_data(data)
         elif not isinstance(event, h11.InformationalResponse):
             raise ProxyRefused(f"proxy {proxy} answered CONNECT with {type(event).__name__}")
 
 
-def answered(proxy: Proxy, authority: str, status: int, reason: str) -> httpx.TransportError:
-    """A CONNECT's answer other than 2xx, as the error to raise: ConnectError for a 502-504, else ProxyRefused."""
-    said = f"proxy {proxy} answered {status} {clip(reason, 100)}".rstrip() + f" to CONNECT {authority}"
-    if status in TRANSIENT_ANSWERS:
+def answered(proxy: Proxy, asked: str, status: int, reason: str) -> httpx.TransportError:
+    """A proxy's answer other than 2xx, as the error to raise: ConnectError for a 5xx, 408 or 429 (it could not
+    reach the origin, or is busy), else ProxyRefused."""
+    said = f"proxy {proxy} answered {status} {clip(reason, 100)}".rstrip() + f" to {asked}"
+    if status in TRANSIENT_ANSWERS or status >= 500:
         return httpx.ConnectError(said)
     if status in LOGIN_REFUSALS:
         said += ": it refused the login in the proxy URL" if proxy.authorization else ": it wants a login"
@@ -272,7 +276,8 @@ class ProxyRouting(httpx.AsyncBaseTransport):
                 raise
             status, _, reason = str(error).partition(" ")  # httpcore's words: "<status> <reason>"
             authority = f"{_bracketed(request.url.host)}:{request.url.port or 443}"
-            raise answered(proxy, authority, int(status) if status.isdigit() else 0, reason) from error
+            asked = f"CONNECT {authority}"
+            raise answered(proxy, asked, int(status) if status.isdigit() else 0, reason) from error
 
     async def aclose(self) -> None:
         for transport in self._transports.values():

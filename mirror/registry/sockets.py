@@ -170,7 +170,7 @@ class SocketStream:
             raise httpx.ConnectTimeout("TLS handshake timed out") from error
         except (OSError, ssl.SSLError) as error:
             self._transport.abort()
-            raise httpx.ConnectError(f"TLS handshake: {error or type(error).__name__}") from error
+            raise httpx.ConnectError(f"TLS handshake: {str(error) or type(error).__name__}") from error
         if upgraded is None:  # the connection was lost during the handshake
             raise httpx.ConnectError("connection lost during the TLS handshake")
         assert isinstance(upgraded, asyncio.Transport)

@@ -14,9 +14,22 @@ import ssl
 
 import httpx
 
+from mirror.errors import Kind, MirrorError
+
+
+class TrustError(MirrorError):
+    """The CA bundle the environment names cannot be loaded: no TLS connection can be checked."""
+
+    kind = Kind.USAGE
+
 
 def tls_context(verify: bool = True, http2: bool = False) -> ssl.SSLContext:
-    return _made(verify, http2, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    cert_file, cert_dir = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    try:
+        return _made(verify, http2, cert_file, cert_dir)
+    except (OSError, ssl.SSLError) as error:
+        named = f"SSL_CERT_FILE={cert_file}" if cert_file else f"SSL_CERT_DIR={cert_dir}" if cert_dir else "certifi's"
+        raise TrustError(f"the CA bundle ({named}) cannot be loaded: {error}") from None
 
 
 @functools.lru_cache(maxsize=16)
