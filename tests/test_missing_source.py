@@ -39,19 +39,6 @@ def test_a_misspelt_repository_is_named_not_its_tag(
     assert gets == [(LOOKUP, 404)]  # one look-up, one tag long
 
 
-def test_a_missing_tag_of_a_known_repository_is_still_the_tag(
-    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
-) -> None:
-    seed_release(source)
-    config = write_config(tmp_path / "mirror.yaml", source, [target])
-
-    assert main(["sync", "v9.9.9", "--config", str(config)]) == 1
-
-    err = capsys.readouterr().err
-    assert "projecthami/hami:v9.9.9: tag not found at the source" in err
-    assert "repository" not in err
-
-
 @pytest.mark.parametrize(("status", "code"), [(503, "UNAVAILABLE"), (401, "UNAUTHORIZED"), (500, "")])
 def test_a_look_up_that_fails_leaves_the_tag_blamed(
     tmp_path: Path,

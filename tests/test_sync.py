@@ -256,6 +256,7 @@ def test_unknown_tag_is_one_clear_line(
     assert main(["sync", "v9.9.9", "--config", str(config)]) == 1
     err = capsys.readouterr().err
     assert "projecthami/hami:v9.9.9: tag not found at the source" in err and "Traceback" not in err
+    assert "repository" not in err  # the repository is known: asked once, after the tag's 404
 
 
 def test_dry_run_plans_and_writes_nothing(

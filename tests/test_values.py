@@ -184,6 +184,15 @@ def test_an_acr_target_publishes_the_chart_at_its_push_host_where_helm_runs() ->
     assert beside == "helm install hami out/hz/hami-2.10.0.tgz -n kube-system -f v.yaml"  # a file needs no login
 
 
+def near_miss_warnings(
+    settings: MirrorSettings, charts: InstallCharts, prefix: str, caplog: pytest.LogCaptureFixture
+) -> list[str]:
+    """The warnings starting with `prefix` that building v2.10.0's jobs from `charts` logs, sorted."""
+    with caplog.at_level(logging.WARNING, logger="mirror"):
+        build_release_jobs(settings, ["v2.10.0"], charts=charts)
+    return sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith(prefix))
+
+
 @pytest.mark.parametrize("images", [None, [{"name": "hami", "source": "projecthami/hami"}]])
 def test_a_values_extra_key_spelt_like_one_of_the_charts_is_warned_of(
     caplog: pytest.LogCaptureFixture, images: list[dict[str, str]] | None
@@ -203,9 +212,7 @@ def test_a_values_extra_key_spelt_like_one_of_the_charts_is_warned_of(
     }
     if images is not None:
         data["images"] = images
-    with caplog.at_level(logging.WARNING, logger="mirror"):
-        build_release_jobs(MirrorSettings(**data), ["v2.10.0"], charts=charts)
-    warned = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("values.extra"))
+    warned = near_miss_warnings(MirrorSettings(**data), charts, "values.extra", caplog)
     said = "is not a key of chart hami 2.10.0's values: did you mean"
     assert warned == [
         f"values.extra: devicePlugin.nvidiaDriverRot {said} devicePlugin.nvidiaDriverRoot?",
@@ -229,9 +236,7 @@ def test_a_subcharts_own_keys_count_and_labels_are_left_alone(caplog: pytest.Log
     }
     data["charts"] = [{"repository": "https://project-hami.github.io/HAMi-WebUI", "name": "hami-webui"}]
     data["charts"][0]["values"] = webui
-    with caplog.at_level(logging.WARNING, logger="mirror"):
-        build_release_jobs(MirrorSettings(**data), ["v2.10.0"], charts=charts)
-    warned = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("charts: "))
+    warned = near_miss_warnings(MirrorSettings(**data), charts, "charts: ", caplog)
     said = "is not a key of chart hami-webui 1.3.0's values: did you mean"
     assert warned == [
         f"charts: hami-webui: values: dcgm-exporter.imag {said} dcgm-exporter.image?",
