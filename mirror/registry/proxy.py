@@ -30,8 +30,8 @@ from mirror.untrusted import clip
 MAX_ANSWER_BYTES = 16 * 1024  # a proxy's answer to CONNECT: a status line and a few headers
 DEFAULT_PORT = 80  # of an `http://` proxy URL without one, as Go's client reads it
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")  # what a refusal may repeat of the value: a scheme's name
-# the proxy could not reach the origin (502-504; tinyproxy says 500), timed out, or is overloaded: as a failed
-# connection, tried again
+# Beside any 5xx (the proxy could not reach the origin: 502-504, tinyproxy's 500), the answers that say "again
+# later": each is a failed connection, tried again
 TRANSIENT_ANSWERS = frozenset({408, 429})
 LOGIN_REFUSALS = frozenset({407, 401})  # 407 by the book; tinyproxy answers a CONNECT's bad login with 401
 
