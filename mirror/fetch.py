@@ -19,7 +19,7 @@ class FetchError(MirrorError):
     """A read that did not give a body: a status, a body over its limit, or the network; one line."""
 
 
-CONNECTIONS = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+MAX_CONNECTIONS = 16  # a chart repository's index and archives, Rekor's entries: a few at a time
 
 
 def http_client(
@@ -31,8 +31,9 @@ def http_client(
 ) -> httpx.AsyncClient:
     """Over mirror's own connection pool, as a registry client is (`proxies`: else the environment's)."""
     proxies = proxies if proxies is not None else environment_proxies()
-    connections = pooled_transport(CONNECTIONS, verify=True, http2=False, proxies=proxies)
-    transport = layered(connections, retry, deadline, min_rate, max_connections=CONNECTIONS.max_connections or 16)
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    connections = pooled_transport(limits, verify=True, http2=False, proxies=proxies)
+    transport = layered(connections, retry, deadline, min_rate, max_connections=MAX_CONNECTIONS)
     headers = {"Accept-Encoding": ACCEPTED_CODINGS}
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True, headers=headers)
 
