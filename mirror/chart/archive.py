@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from mirror.chart.merge import deep_merge
 from mirror.errors import Kind, MirrorError
 from mirror.untrusted import UntrustedInput, YamlLimits, clip, load_yaml
 
@@ -86,6 +87,23 @@ class ChartArchive:
     def values(self) -> dict[str, Any]:
         """values.yaml, parsed once per archive; callers layer onto it (`deep_merge`) and never change it."""
         return self._values
+
+    def values_declared(self) -> dict[str, Any]:
+        """What the chart's values may hold: its values.yaml over each subchart instance's own (under its alias
+        or name, at any depth), and every chart's `global` together."""
+        declared: dict[str, Any] = {}
+        shared: dict[str, Any] = {}
+        by_name: dict[str, list[dict[str, Any]]] = {}
+        for entry in self.dependencies():
+            by_name.setdefault(entry["name"], []).append(entry)
+        for subchart in self.subcharts:
+            own = subchart.values_declared()
+            shared = deep_merge(shared, _mapping(own.get("global")))
+            for entry in by_name.get(subchart.name) or [{}]:
+                declared[str(entry.get("alias") or subchart.name)] = own
+        merged = deep_merge(declared, self.values())
+        merged["global"] = deep_merge(shared, _mapping(merged.get("global")))
+        return merged
 
 
 @dataclass
@@ -307,3 +325,7 @@ def _string_keys(node: Any) -> bool:
     if isinstance(node, list):
         return all(_string_keys(item) for item in node)
     return True
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

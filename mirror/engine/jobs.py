@@ -14,13 +14,12 @@ import fnmatch
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 from urllib.parse import urlsplit
 
 from mirror import hami
 from mirror.chart.archive import ChartArchive
 from mirror.chart.images import ImageBlock
-from mirror.chart.merge import deep_merge, near_misses
+from mirror.chart.merge import near_misses
 from mirror.naming import check_unique, flat_name
 from mirror.reference import Repository, api_host, without_userinfo
 from mirror.release import chart_version, normalise_version
@@ -275,31 +274,9 @@ def _warn_values_near_misses(spec: ChartSpec, archive: ChartArchive | None) -> N
     if archive is None or not spec.extra:
         return
     setting = "values.extra" if spec.is_release_chart else f"charts: {spec.name}: values"
-    for path, meant in near_misses(dict(spec.extra), _values_known(archive)):
+    for path, meant in near_misses(dict(spec.extra), archive.values_declared()):
         chart = f"chart {archive.name} {archive.version}"
         log.warning("%s: %s is not a key of %s's values: did you mean %s?", setting, path, chart, meant)
-
-
-def _values_known(chart: ChartArchive) -> dict[str, Any]:
-    """What the chart's values may hold: its values.yaml over each subchart instance's own (under its alias or
-    name, at any depth), and every chart's `global` together."""
-    known: dict[str, Any] = {}
-    shared: dict[str, Any] = {}
-    by_name: dict[str, list[dict[str, Any]]] = {}
-    for entry in chart.dependencies():
-        by_name.setdefault(entry["name"], []).append(entry)
-    for subchart in chart.subcharts:
-        own = _values_known(subchart)
-        shared = deep_merge(shared, _mapping(own.get("global")))
-        for entry in by_name.get(subchart.name) or [{}]:
-            known[str(entry.get("alias") or subchart.name)] = own
-    merged = deep_merge(known, chart.values())
-    merged["global"] = deep_merge(shared, _mapping(merged.get("global")))
-    return merged
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _tag_to_write(chart_block: ImageBlock | None, tag: str) -> str | None:
