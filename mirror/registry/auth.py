@@ -19,10 +19,11 @@ from typing import Any
 
 import httpx
 
+from mirror.errors import Kind
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.challenge import Challenge, merge_scopes, parse_challenge, repository_of, scopes_for
 from mirror.registry.credentials import Credentials
-from mirror.registry.errors import MAX_ERROR_BODY, RegistryError, parse_error_body
+from mirror.registry.errors import MAX_ERROR_BODY, RegistryError, kind_of_status, parse_error_body
 from mirror.registry.retry import replayable
 from mirror.registry.tokens import MAX_TOKEN_RESPONSE, Token, TokenCache, TokenKey, parse_token_response, token_request
 from mirror.untrusted import clip
@@ -32,14 +33,13 @@ MAX_ROUNDS = 3
 # A token refused this soon after it was issued was refused for what it grants: denied at once. One refused later
 # had waited (for a pooled connection, behind streaming blobs) and may simply have lapsed: another is fetched.
 FRESH_TOKEN_SECONDS = 2.0
-AUTHORIZATION_REFUSALS = frozenset({401, 403})
 
 
 class AuthError(RegistryError):
     """The registry or its token server refused us."""
 
     def __init__(self, host: str, repository: str, status: int, code: str, message: str) -> None:
-        action = "access denied to" if status in AUTHORIZATION_REFUSALS else "no token for"
+        action = "access denied to" if _refusal(status) else "no token for"
         super().__init__(action, f"{repository or '/v2/'} at {host}", status, code, message)
 
 
@@ -256,7 +256,7 @@ class RegistryAuth(httpx.Auth):
             raise AuthError(self.host, repository, status, "", f"token server {token_host}: {exc}") from None
         if (status := response.status_code) != 200:
             code, message = parse_error_body(body)
-            said = "refused" if status in AUTHORIZATION_REFUSALS else "failed"  # a 5xx is an outage, not a no
+            said = "refused" if _refusal(status) else "failed"  # a 5xx is an outage, not a no
             refusal = f"token server {token_host} {said}{self._whose(status)}: {message or response.reason_phrase}"
             raise AuthError(self.host, repository, status, code, refusal)
         try:
@@ -277,7 +277,7 @@ class RegistryAuth(httpx.Auth):
         """Where the credentials that were refused came from (the config, a docker config and its entry, a
         credential helper), so a refusal says which to mend; never what they hold. Only for an authorization
         refusal: a token server's 5xx is an outage, whatever credentials were sent or not."""
-        if status not in AUTHORIZATION_REFUSALS:
+        if not _refusal(status):
             return ""
         credentials = self._credentials
         if credentials is None and self._credentials_loaded:
@@ -285,6 +285,11 @@ class RegistryAuth(httpx.Auth):
         if credentials is None:
             return ""
         return f" (credentials from {credentials.origin})" if credentials.origin else ""
+
+
+def _refusal(status: int) -> bool:
+    """An authorization refusal (401, 403), as the error kinds have it: not an outage."""
+    return kind_of_status(status) is Kind.AUTH
 
 
 def _asked_anew(credentials: Credentials) -> bool:
