@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -88,19 +87,10 @@ def forward_proxy(
 def _wait_listening(
     address: str, port: int, prefix: tuple[str, ...], process: subprocess.Popen[bytes], directory: Path
 ) -> None:
+    """A connection attempt made where tinyproxy runs (through `prefix`), until one is taken."""
     probe = f"import socket; socket.create_connection(({address!r}, {port}), timeout=1).close()"
     deadline = time.monotonic() + 30
-    while True:
+    while subprocess.run([*prefix, "python3", "-c", probe], capture_output=True, check=False).returncode != 0:
         assert process.poll() is None, (directory / "tinyproxy.out").read_text(errors="replace")
-        if prefix:
-            done = subprocess.run([*prefix, "python3", "-c", probe], capture_output=True, check=False)
-            if done.returncode == 0:
-                return
-        else:
-            try:
-                socket.create_connection((address, port), timeout=1).close()
-                return
-            except OSError:
-                pass
         assert time.monotonic() < deadline, "tinyproxy did not start listening within 30 s"
         time.sleep(0.1)
