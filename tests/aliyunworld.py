@@ -1089,6 +1089,7 @@ class AliyunWorld:
                 "namespaces": {name: asdict(space) for name, space in self.namespaces.items()},
                 "repositories": {name: asdict(repo) for name, repo in self.repositories.items()},
                 "leaks": list(self.leaks),
+                "secrets_issued": sorted(self.secrets),
             }
 
 

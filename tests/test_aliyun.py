@@ -88,6 +88,21 @@ def test_rrsa_end_to_end_sync_and_discover_with_no_stored_secret(tmp_path: Path,
         assert secret not in done.stdout + done.stderr + again.stdout + again.stderr
 
 
+def test_the_sdks_debug_switch_prints_no_credential(tmp_path: Path, world: AliyunWorld) -> None:
+    """`DEBUG=sdk` (a switch the Alibaba Cloud SDKs read from the environment) makes them print every request's
+    headers on stderr, the STS security token among them; a run with it set prints none of what it was issued."""
+    path = config(world, tmp_path, credentials="oidc_role_arn")
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env={**rrsa(world), "DEBUG": "sdk"})
+    assert done.returncode == 0, done.stderr
+    summary = world.stop()
+    issued = summary["secrets_issued"]
+    assert any(secret.startswith("CAIS") for secret in issued)  # the STS token of the run's role session
+    said = done.stdout + done.stderr
+    for secret in (*issued, Path(world.ready["token_file"]).read_text().strip()):
+        assert secret not in said
+    assert "x-acs-security-token" not in said.lower(), done.stderr
+
+
 def test_the_access_key_path_and_the_default_chain(tmp_path: Path, world: AliyunWorld) -> None:
     for credentials in ("access_key", "default"):
         path = config(world, tmp_path, credentials=credentials)

@@ -11,6 +11,8 @@ when a registry is configured this way. Nothing here puts a secret into a messag
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import logging
 import os
 import re
@@ -149,17 +151,12 @@ class AcrLogin:
                 connect_timeout=milliseconds,
             )
             self._client = Client(config)
+            quiet_sdk_logs()
         return self._client
 
     def _identity(self) -> Any:
         from alibabacloud_credentials.client import Client
         from alibabacloud_credentials.models import Config
-
-        # the library logs each failed refresh, traceback and all, on its own stderr handler: the failure reaches
-        # the caller as an exception, said once, in one line
-        quiet = logging.getLogger("credentials")
-        quiet.handlers.clear()
-        quiet.setLevel(logging.CRITICAL)
 
         choice = self.options.credentials
         if choice == "default":
@@ -200,6 +197,20 @@ class AcrLogin:
             code = getattr(exc, "code", None)
             said = describe(exc)
             raise LoginError(f"ACR login for {self.options.host}: {said}", str(code) if code else None) from None
+
+
+def quiet_sdk_logs() -> None:
+    """Silence the SDKs' own stderr handlers. The credentials library logs each failed refresh, traceback and all
+    (the failure reaches the caller as an exception, said once, in one line); the Tea and Dara cores print every
+    request's headers, the STS security token among them, when the environment holds `DEBUG=sdk`. Their modules
+    add those handlers when first imported, so they are imported here first."""
+    for module in ("Tea.core", "darabonba.core"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+    for name in ("credentials", "alibabacloud-tea", "darabonba-core"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.setLevel(logging.CRITICAL)
 
 
 def default_chain() -> Any:
