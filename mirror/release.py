@@ -11,9 +11,9 @@ MAX_VERSION_LENGTH = 127  # the longest version text looked at; longer text is r
 MAX_FILTER_LENGTH = 1024  # a version filter: a handful of clauses
 SHOWN = 80  # characters of a refused version a message carries
 # each number at most 9 digits: int() stays cheap, far from Python's 4300-digit limit on int("...")
-_NUMBER = r"(0|[1-9]\d{0,8})"
+_NUMBER = r"(0|[1-9][0-9]{0,8})"
 _VERSION = re.compile(rf"v?{_NUMBER}\.{_NUMBER}\.{_NUMBER}(-[0-9A-Za-z][0-9A-Za-z.-]{{0,63}})?")
-_CLAUSE = re.compile(r"(>=|<=|==|>|<|!=)?\s*(v?\d{1,9}\.\d{1,9}\.\d{1,9}(?:-[0-9A-Za-z.-]{1,64})?)")
+_CLAUSE = re.compile(r"(>=|<=|==|>|<|!=)?\s*(v?[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}(?:-[0-9A-Za-z.-]{1,64})?)")
 # One dot-separated pre-release identifier: (0, its number, text) when all digits, else (1, 0, text), so
 # numbers sort numerically and before words, words in ASCII order (SemVer 2.0, section 11). The text breaks a
 # tie between spellings of one number (`01`, `1`), which SemVer does not allow but the pattern above lets by.

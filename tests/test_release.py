@@ -79,3 +79,12 @@ def test_filters_still_match() -> None:
         "v2.7.0",
         "v2.10.0",
     ]
+
+
+@pytest.mark.parametrize("text", ["v2.1\u0660.0", "v\u0662.10.0", "v2.10.0-rc\uff11", "v2.10.\U0001d7ce"])
+def test_digits_of_other_scripts_are_not_a_version(text: str) -> None:
+    """`\\d` takes any script's digits, and int() reads them: `v2.1٠.0` would sort as v2.10.0 under a release key
+    of its own (a second job for one release, a tag no registry holds)."""
+    for parse in (normalise_version, version_key, lambda t: parse_filter(f">={t}")):
+        with pytest.raises(VersionError):
+            parse(text)

@@ -24,8 +24,8 @@ from mirror.settings.fields import (
 )
 
 # used whole (fullmatch): `$` would also match before a final newline
-_CHART_VERSION = re.compile(r"\d{1,9}\.\d{1,9}\.\d{1,9}([-+][0-9A-Za-z.+-]{1,64})?")  # as an index lists it
-_KUBE_VERSION = re.compile(r"v?\d{1,9}\.\d{1,9}\.\d{1,9}")
+_CHART_VERSION = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}([-+][0-9A-Za-z.+-]{1,64})?")  # as an index lists it
+_KUBE_VERSION = re.compile(r"v?[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}")
 ACR_REGISTRIES = ("*.aliyuncs.com",)  # registries nodes in mainland China pull from as they are
 
 
