@@ -25,6 +25,7 @@ from mirror import database
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.ports import free_port
+from mirror.demo.sample import push_multiarch
 from mirror.engine.discover import select_versions
 from mirror.engine.lock import lock_name
 from mirror.oci import Manifest
@@ -40,6 +41,8 @@ from tests.support import (
 )
 from tests.test_crash import wait_for
 from tests.test_sync import VERSION, seed_release
+
+OLDER = "v2.9.0"  # a release before VERSION: discovery's newest two are both
 
 SECRET = "webhook-shared-secret-0123"
 DOCKERHUB_TOKEN = "dh-token-4567-89ab-cdef"
@@ -470,7 +473,9 @@ def test_a_job_accepted_before_a_crash_completes_after_restart(tmp_path: Path, t
 
 
 def test_the_schedule_runs_discovery(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> None:
+    """A scheduled discovery mirrors the newest releases, each one's values file served under its own version."""
     seed_release(source)
+    with_client(source, lambda c: push_multiarch(c, "projecthami/hami", OLDER, seed=9))
     running = Service(service_config(tmp_path, source, target, schedule="*/2 * * * * *"), free_port())
     running.start()
     try:
@@ -479,8 +484,13 @@ def test_the_schedule_runs_discovery(tmp_path: Path, source: LocalRegistry, targ
             assert time.monotonic() < deadline, running.jobs()
             time.sleep(0.3)
         job = next(j for j in running.jobs() if j["kind"] == "schedule" and j["state"] == "succeeded")
-        assert [r["version"] for r in job["releases"]] == [VERSION]
+        assert [r["version"] for r in job["releases"]] == [OLDER, VERSION]
         assert manifest_digest(target, "mirrored/hami", VERSION) is not None
+        for listed in job["values"]:
+            served = httpx.get(f"{running.url}{listed['url']}", headers=AUTH, timeout=5)
+            assert served.text.startswith(f"# HAMi {listed['version']} images mirrored"), listed
+        unnamed = httpx.get(f"{running.url}/jobs/{job['id']}/values/t0/hami", headers=AUTH, timeout=5)
+        assert unnamed.status_code == 400 and OLDER in unnamed.json()["error"]
     finally:
         assert running.stopped_cleanly()
 

@@ -200,14 +200,14 @@ def browse(
     # the values link: downloaded by the browser's own session, it is the file the job wrote
     (link,) = good.find_elements(By.CSS_SELECTOR, ".values-link")
     href = link.get_attribute("href")
-    assert href == f"{running.url}/jobs/{copied['id']}/values/t0/hami"
+    assert href == f"{running.url}/jobs/{copied['id']}/values/t0/hami?version={VERSION}"
     path = tmp_path / "status-page.png"
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(412, min(max(int(height), 915), 8000))
     assert driver.save_screenshot(str(path)) and path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     link.click()
     downloaded = wait_for_download(tmp_path / "downloads")
-    assert downloaded.name == f"{copied['id'][:12]}-t0-hami-values.yaml"
+    assert downloaded.name == f"{copied['id'][:12]}-{VERSION}-t0-hami-values.yaml"
     assert downloaded.read_text() == written
     assert yaml.safe_load(written)["devicePlugin"]["image"]["repository"] == "mirrored/hami"
     # and the browser's cookie opens the job API without the bearer token

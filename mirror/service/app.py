@@ -80,7 +80,7 @@ def job_view(job: dict[str, Any]) -> dict[str, Any]:
                 "version": release["version"],
                 "chart": v.get("chart_name", "hami"),
                 "path": v["path"],
-                "url": f"/jobs/{job['id']}/values/{v['target']}/{v.get('chart_name', 'hami')}",
+                "url": page.values_url(job["id"], release["version"], v["target"], v.get("chart_name", "hami")),
             }
             for release in releases
             for v in release.get("values", [])
@@ -225,18 +225,26 @@ def _one_of(value: str | None, name: str, allowed: tuple[str, ...]) -> str | Non
 
 @authorised
 async def job_values(request: Request) -> Response:
-    """A values file this job wrote for the target, from the job's own record: the chart's named in the path,
-    else the first of the install (the release's own chart)."""
+    """A values file this job wrote for the target, from the job's own record: the chart's named in the path, else
+    the first of the install (the release's own chart); the release's named by `?version=`, which may be left out
+    only where one release of the job wrote such a file."""
     job = await find_job(request)
     if job is None:
         return error(404, "no such job")
-    chart = request.path_params.get("chart")
+    chart, version = request.path_params.get("chart"), request.query_params.get("version")
+    found: dict[str, str] = {}
     for release in job["result"] or []:
         for values in release.get("values", []):
             wanted = chart is None or values.get("chart_name", "hami") == chart
             if values["target"] == request.path_params["target"] and wanted and values.get("content"):
-                return PlainTextResponse(values["content"], media_type="application/yaml")
-    return error(404, "no values file for that target and chart in this job")
+                found.setdefault(str(release.get("version")), values["content"])
+    if version is not None:
+        found = {v: content for v, content in found.items() if v == version}
+    if len(found) > 1:
+        return error(400, f"this job wrote such a file for {', '.join(found)}: name one with ?version=")
+    for content in found.values():
+        return PlainTextResponse(content, media_type="application/yaml")
+    return error(404, "no values file for that target, chart and version in this job")
 
 
 async def healthz(request: Request) -> Response:

@@ -277,12 +277,20 @@ def release_view(job_id: str, release: dict[str, Any]) -> dict[str, Any]:
         "version": clip(str(release.get("version", "?")), 80),
         "ok": bool(release.get("ok")),
         "rows": rows,
-        "values": [values_view(job_id, values) for values in release.get("values") or []],
+        "values": [
+            values_view(job_id, str(release.get("version", "")), values) for values in release.get("values") or []
+        ],
         "errors": [clip(str(error), MAX_ERROR_CHARS) for error in release.get("errors") or []],
     }
 
 
-def values_view(job_id: str, values: dict[str, Any]) -> dict[str, Any]:
+def values_url(job_id: str, version: str, target: str, chart: str) -> str:
+    """Where the job API serves one values file; the version names the release (a discovery job has several)."""
+    path = "/".join(quote(part, safe="") for part in (job_id, "values", target, chart))
+    return f"/jobs/{path}?version={quote(version, safe='')}"
+
+
+def values_view(job_id: str, version: str, values: dict[str, Any]) -> dict[str, Any]:
     target, chart = str(values.get("target", "")), str(values.get("chart_name", "hami"))
     proof = values.get("proof")
     return {
@@ -290,10 +298,8 @@ def values_view(job_id: str, values: dict[str, Any]) -> dict[str, Any]:
         "chart": clip(chart, SHOWN),
         "chart_version": clip(str(values.get("chart_version") or ""), 80),
         # the download the job API serves from the job's own record (rows from before it kept the text: none)
-        "url": f"/jobs/{quote(job_id, safe='')}/values/{quote(target, safe='')}/{quote(chart, safe='')}"
-        if values.get("content")
-        else None,
-        "filename": _FILENAME_UNSAFE.sub("_", f"{job_id[:12]}-{target}-{chart}-values.yaml")[:120],
+        "url": values_url(job_id, version, target, chart) if values.get("content") else None,
+        "filename": _FILENAME_UNSAFE.sub("_", f"{job_id[:12]}-{version}-{target}-{chart}-values.yaml")[:120],
         "warnings": [clip(str(w), SHOWN) for w in values.get("warnings") or []],
         "proof": proof_view(proof) if isinstance(proof, dict) else None,
     }
