@@ -266,6 +266,17 @@ def test_pre_releases_published_or_pushed_are_answered_and_not_queued(service: S
     assert service.jobs() == []
 
 
+def test_a_pre_release_promoted_to_a_release_is_mirrored(service: Service, source: LocalRegistry) -> None:
+    """GitHub announces a pre-release made a release with `released` alone (no second `published`)."""
+    seed_release(source)
+    release = {"tag_name": VERSION, "prerelease": True}
+    answer = service.signed({"action": "published", "release": release}, event="release")
+    assert answer.status_code == 200 and "pre-release" in answer.json()["ignored"], answer.text
+    promoted = service.signed({"action": "released", "release": {**release, "prerelease": False}}, event="release")
+    assert promoted.status_code == 202 and promoted.json()["versions"] == [VERSION], promoted.text
+    assert service.wait_done(promoted.json()["id"])["state"] == "succeeded"
+
+
 @contextmanager
 def target_lock_held(tmp_path: Path, target: LocalRegistry, database_url: str | None) -> Iterator[None]:
     """The target's lock, held as another mirror sync would hold it: its lock file, or with PostgreSQL the

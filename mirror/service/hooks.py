@@ -125,14 +125,18 @@ def published_version(settings: MirrorSettings, text: Any, prerelease: bool = Fa
     return version
 
 
+PUBLISHING_ACTIONS = ("published", "released")
+
+
 @payload_refusals
 def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
-    """`{"version": "v2.10.0"}`, or a GitHub `release` event (`release.tag_name`) whose action is `published`.
+    """`{"version": "v2.10.0"}`, or a GitHub `release` event (`release.tag_name`) whose action is `published` or
+    `released` (GitHub sends both for a release; only `released` when a pre-release is promoted to one).
     Other release actions and other GitHub events raise HookIgnored."""
     doc = _json(body)
     if event == "release" or "release" in doc:
         action = doc.get("action", "published")
-        if action != "published":
+        if action not in PUBLISHING_ACTIONS:
             shown = clip(action, SHOWN) if isinstance(action, str) else "(not a string)"
             raise HookIgnored(f"release {shown}: only a published release is mirrored")
         release = doc.get("release")
