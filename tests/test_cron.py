@@ -80,3 +80,22 @@ def test_the_config_reads_the_schedule_as_the_scheduler_does() -> None:
     check_cron("0 3 * * 7")  # APScheduler's own parser refuses 7
     with pytest.raises(ValueError, match=r"^'0 3 \* \* 8': day_of_week field '8'"):
         check_cron("0 3 * * 8")
+
+
+@pytest.mark.parametrize(
+    ("expression", "late", "expected"),
+    [
+        ("0 */6 * * *", 0.0, "schedule:2026-01-01T06:00:00Z"),
+        ("0 */6 * * *", 3.7, "schedule:2026-01-01T06:00:00Z"),  # a replica whose tick ran later: the same tick
+        ("*/2 * * * * *", 0.0, "schedule:2026-01-01T06:00:00Z"),
+        ("*/2 * * * * *", 1.9, "schedule:2026-01-01T06:00:00Z"),
+        ("*/2 * * * * *", 2.0, "schedule:2026-01-01T06:00:02Z"),  # the next tick
+        ("0 0 * * sun", 0.0, None),  # nothing fired within the misfire grace
+    ],
+)
+def test_each_tick_is_named_by_its_fire_time(expression: str, late: float, expected: str | None) -> None:
+    """Every replica runs the schedule: a tick's delivery id, the same wherever it runs, makes their ticks one job."""
+    from mirror.service.scheduler import tick_delivery
+
+    six = START + datetime.timedelta(hours=6)
+    assert tick_delivery(cron_trigger(expression), six + datetime.timedelta(seconds=late)) == expected

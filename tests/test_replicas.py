@@ -91,6 +91,29 @@ def test_three_replicas_run_each_of_twenty_deliveries_exactly_once(
     assert len(owners) >= 2, owners  # the work was shared, not run by one replica alone
 
 
+def test_the_replicas_schedules_make_one_discovery_per_tick(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, database_url: str
+) -> None:
+    """Every replica runs the schedule: each tick is one job, however the replicas' ticks and claims interleave
+    (a tick queued after another replica claimed that tick's job used to queue a second discovery behind it)."""
+    seed_release(source)
+    config = service_config(tmp_path, source, target, schedule="*/3 * * * * *", database_url=database_url)
+    services = replicas(config, 2)
+    store = JobStore(database_url)
+    try:
+        deadline = time.monotonic() + 90
+        while len([j for j in asyncio.run(store.recent(100)) if j["state"] == "succeeded"]) < 3:
+            assert time.monotonic() < deadline, asyncio.run(store.recent(100))
+            time.sleep(0.5)
+    finally:
+        for service in services:
+            service.stop()
+    records = asyncio.run(store.recent(100))
+    ticks = Counter(r["delivery"] for r in records)
+    assert all(r["kind"] == "schedule" for r in records)
+    assert all(str(tick).startswith("schedule:") for tick in ticks) and set(ticks.values()) == {1}, ticks
+
+
 def test_a_killed_replicas_job_is_finished_by_another_after_its_lease_expires(
     tmp_path: Path, target: LocalRegistry, database_url: str
 ) -> None:

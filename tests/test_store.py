@@ -52,6 +52,20 @@ async def test_one_job_per_delivery_and_per_active_release(store: JobStore, cloc
         assert resent["id"] == first["id"] and not created
 
 
+async def test_replicas_ticks_of_one_moment_make_one_discovery(store: JobStore) -> None:
+    """Each replica queues the schedule's tick under the tick's delivery id: one that comes after another replica's
+    job for the same tick was claimed joins that job instead of queueing a second discovery to follow it."""
+    first, created = await store.enqueue("schedule", None, "schedule:2026-01-01T06:00:00Z")
+    assert created
+    claimed = await store.claim_next("a", 30)
+    assert claimed is not None and claimed["id"] == first["id"]
+    late, created = await store.enqueue("schedule", None, "schedule:2026-01-01T06:00:00Z")
+    assert late["id"] == first["id"] and not created
+    assert await store.finish(first["id"], "a", SUCCEEDED, [], None)
+    following, created = await store.enqueue("schedule", None, "schedule:2026-01-01T12:00:00Z")
+    assert created and following["id"] != first["id"] and following["state"] == QUEUED
+
+
 async def test_concurrent_claims_take_each_job_once(store: JobStore) -> None:
     for version in range(12):
         await store.enqueue("ci", [f"v2.{version + 10}.0"], None)

@@ -277,9 +277,10 @@ async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
-async def queue_discovery(app: Starlette) -> None:
-    """The schedule's discovery job (never bounded by service.max_queued_jobs: at most one is queued)."""
-    job, created = await app.state.store.enqueue("schedule", None, None)
+async def queue_discovery(app: Starlette, delivery: str | None) -> None:
+    """The schedule's discovery job (never bounded by service.max_queued_jobs: at most one is queued); `delivery`
+    names the tick, which every replica queues."""
+    job, created = await app.state.store.enqueue("schedule", None, delivery)
     if created:
         app.state.runner.wake.set()
         log.info("scheduled discovery queued as job %s", job["id"])

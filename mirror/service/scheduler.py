@@ -1,23 +1,46 @@
 """The schedule: APScheduler queues a discovery job on the configured cron expression. Coalesced, at most
-one instance, and the queue itself refuses a second discovery while one is queued (one follow-up while one runs)."""
+one instance, and the queue itself refuses a second discovery while one is queued (one follow-up while one runs).
+Every replica runs this schedule; each tick is queued under a delivery id naming its fire time, so the replicas'
+ticks of one moment make one job (without it, a replica whose tick came after another's job was claimed queued a
+follow-up: discovery ran twice, and its failures and drift were announced twice)."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.base import BaseTrigger
 
 from mirror.cron import cron_trigger
 
 log = logging.getLogger("mirror.service")
+MISFIRE_GRACE_SECONDS = 60  # a tick run later than this after its time is skipped
 
 
-def start_scheduler(expression: str, enqueue: Callable[[], Awaitable[None]]) -> AsyncIOScheduler:
+def start_scheduler(expression: str, enqueue: Callable[[str | None], Awaitable[None]]) -> AsyncIOScheduler:
+    """`enqueue` is called on each tick with the tick's delivery id."""
+    trigger = cron_trigger(expression)
+
+    async def tick() -> None:
+        await enqueue(tick_delivery(trigger, datetime.datetime.now(datetime.UTC)))
+
     scheduler = AsyncIOScheduler(timezone="UTC")
     scheduler.add_job(
-        enqueue, cron_trigger(expression), id="discovery", coalesce=True, max_instances=1, misfire_grace_time=60
+        tick, trigger, id="discovery", coalesce=True, max_instances=1, misfire_grace_time=MISFIRE_GRACE_SECONDS
     )
     scheduler.start()
     log.info("discovery scheduled: %s (UTC)", expression)
     return scheduler
+
+
+def tick_delivery(trigger: BaseTrigger, now: datetime.datetime) -> str | None:
+    """`schedule:<fire time>` for the tick running at `now`: the trigger's latest fire time at or before it (the
+    same on every replica whose clock agrees to within the schedule's period); None past the misfire grace."""
+    moment = trigger.get_next_fire_time(None, now - datetime.timedelta(seconds=MISFIRE_GRACE_SECONDS))
+    latest = None
+    while moment is not None and moment <= now:
+        latest = moment
+        moment = trigger.get_next_fire_time(moment, moment + datetime.timedelta(seconds=1))
+    return f"schedule:{latest.astimezone(datetime.UTC):%Y-%m-%dT%H:%M:%SZ}" if latest is not None else None
