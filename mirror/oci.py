@@ -18,7 +18,15 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_EMPTY = "application/vnd.oci.empty.v1+json"
 
+DOCKER_FOREIGN_LAYER = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
+OCI_NONDISTRIBUTABLE_LAYER = "application/vnd.oci.image.layer.nondistributable.v1.tar"
+
 INDEX_TYPES = frozenset({DOCKER_MANIFEST_LIST, OCI_INDEX})
+# Layers whose bytes are at their descriptor's `urls` (Windows base layers), not in the registry: the source
+# answers 404 for them, so they are neither copied nor checked at a target (skopeo leaves them out too).
+FOREIGN_LAYER_TYPES = frozenset(
+    {DOCKER_FOREIGN_LAYER, *(OCI_NONDISTRIBUTABLE_LAYER + suffix for suffix in ("", "+gzip", "+zstd"))}
+)
 IMAGE_MANIFEST_TYPES = frozenset({DOCKER_MANIFEST, OCI_MANIFEST})
 MANIFEST_TYPES = INDEX_TYPES | IMAGE_MANIFEST_TYPES
 # Sent on every manifest request: without the OCI types some registries answer 404 for an OCI manifest.
@@ -88,8 +96,10 @@ class Manifest:
 
     @property
     def blobs(self) -> tuple[Descriptor, ...]:
-        """Config first, then layers: every blob an image manifest needs."""
-        return ((self.config,) if self.config else ()) + self.layers
+        """Config first, then layers: every blob an image manifest needs from its registry. Foreign layers are
+        not among them: the manifest's bytes still name them, unchanged."""
+        layers = tuple(layer for layer in self.layers if layer.media_type not in FOREIGN_LAYER_TYPES)
+        return ((self.config,) if self.config else ()) + layers
 
     @classmethod
     def parse(cls, raw: bytes, content_type: str | None = None, expected_digest: str | None = None) -> Manifest:

@@ -14,6 +14,8 @@ from mirror.oci import DOCKER_CONFIG, OCI_CONFIG, Descriptor, Manifest
 SOURCE_DIGEST_ANNOTATION = "mirror.source.digest"
 IMAGE_CONFIG_TYPES = frozenset({DOCKER_CONFIG, OCI_CONFIG})
 ATTESTATION = "attestation-manifest"
+# containerd's normalisation: an entry without a variant is this variant of its architecture
+DEFAULT_VARIANTS = {"arm64": "v8", "arm": "v7"}
 
 # The one class-refusal predicate is ACR's (mirror/acr.py); copy.py and referrers.py ask for it here.
 
@@ -47,6 +49,26 @@ def is_runnable(entry: Descriptor, child: Manifest) -> bool:
     return child.config is not None and child.config.media_type in IMAGE_CONFIG_TYPES
 
 
+def platform_matches(wanted: str, offered: str | None) -> bool:
+    """Whether an index entry's platform (`os/arch[/variant]`) is one the filter entry `wanted` asks for: a filter
+    without a variant takes every variant of its os/arch (`linux/arm64` takes `linux/arm64/v8`); one with a
+    variant takes that variant, or an entry without one where it is the architecture's default
+    (`linux/arm64/v8` takes `linux/arm64`)."""
+    if offered is None:
+        return False
+    wanted_os, wanted_arch, wanted_variant = _platform_parts(wanted)
+    offered_os, offered_arch, offered_variant = _platform_parts(offered)
+    if (wanted_os, wanted_arch) != (offered_os, offered_arch):
+        return False
+    return not wanted_variant or wanted_variant == (offered_variant or DEFAULT_VARIANTS.get(offered_arch))
+
+
+def _platform_parts(platform: str) -> tuple[str, str, str]:
+    os_name, _, rest = platform.partition("/")
+    architecture, _, variant = rest.partition("/")
+    return os_name, architecture, variant
+
+
 def select(tree: ManifestTree, attestations: str, platforms: list[str] | None) -> tuple[list[Manifest], list[Dropped]]:
     """The children to copy, and those left out with the reason, by the policy known before any push:
     `drop` leaves out non-image entries, a platform list leaves out other platforms (attestations of a kept
@@ -55,7 +77,7 @@ def select(tree: ManifestTree, attestations: str, platforms: list[str] | None) -
     dropped: list[Dropped] = []
     for entry, child in tree.entries():
         runnable = is_runnable(entry, child)
-        if runnable and platforms is not None and entry.platform not in platforms:
+        if runnable and platforms is not None and not any(platform_matches(p, entry.platform) for p in platforms):
             dropped.append(Dropped(child.digest, entry.platform, "platform filter"))
         elif not runnable and attestations == "drop":
             dropped.append(Dropped(child.digest, entry.platform, "not an image (attestations: drop)"))

@@ -26,7 +26,8 @@ class ManifestTree:
         return self.children if self.root.is_index else (self.root,)
 
     def blobs(self) -> list[Descriptor]:
-        """Every distinct blob of every image, in first-seen order."""
+        """Every distinct blob of every image, in first-seen order; not foreign layers, which no registry of
+        the copy serves (`Manifest.blobs`)."""
         seen: dict[str, Descriptor] = {}
         for manifest in self.images:
             for blob in manifest.blobs:

@@ -1,5 +1,6 @@
 """Verification at the target: the tag resolves to the expected digest, every child manifest resolves by
-digest, every blob is there with the right size (and, with deep, the right sha256)."""
+digest, every blob is there with the right size (and, with deep, the right sha256). Foreign layers are not
+checked: the target never holds them, nodes fetch them from their `urls`."""
 
 from __future__ import annotations
 
