@@ -561,7 +561,7 @@ def test_a_merged_mapping_merged_again_deeper_keeps_its_own_overrides(tmp_path: 
     )
     settings = load_settings(config_file(tmp_path, yaml.safe_dump(VALID) + extra))
     assert settings.values.extra["scheduler"]["image"]["tag"] == "y"
-    assert settings.values.extra["devicePlugin"] == {"pullPolicy": "IfNotPresent", "tag": "y"}
+    assert settings.values.extra["devicePlugin"] == {"pullPolicy": "IfNotPresent", "tag": "y", "nvidiaDriverRoot": "/"}
 
 
 def test_a_merged_mapping_may_repeat_a_key_its_own_keys_override(tmp_path: Path) -> None:
@@ -751,3 +751,20 @@ def test_an_inline_secret_is_measured_without_its_newline(tmp_path: Path, monkey
     with pytest.raises(ConfigError, match=r"webhook\.secret .*must be at least 16 bytes") as refused:
         load_settings(config_file(tmp_path, VALID))
     assert "fifteen" not in str(refused.value)
+
+
+def test_values_set_for_something_else_keep_the_ack_driver_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ACK's driver root is a default of values.extra: setting extra for anything else must not drop it (the file
+    was written without it, the proof passed, and HAMi's device plugin looked for the driver where ACK has none)."""
+    settings = load_settings(config_file(tmp_path, with_changes(values={"extra": {"scheduler": {"leaderElect": 1}}})))
+    assert settings.values.extra == {"scheduler": {"leaderElect": 1}, "devicePlugin": {"nvidiaDriverRoot": "/"}}
+    monkeypatch.setenv("MIRROR_VALUES__EXTRA", '{"devicePlugin":{"resources":{}}}')
+    settings = load_settings(config_file(tmp_path, VALID))
+    assert settings.values.extra["devicePlugin"] == {"nvidiaDriverRoot": "/", "resources": {}}
+    chart_default = with_changes(values={"extra": {"devicePlugin": {"nvidiaDriverRoot": None}}})
+    monkeypatch.delenv("MIRROR_VALUES__EXTRA")
+    assert load_settings(config_file(tmp_path, chart_default)).values.extra == {
+        "devicePlugin": {"nvidiaDriverRoot": None}
+    }

@@ -3,12 +3,14 @@ target."""
 
 # No `from __future__ import annotations` in a module of models: pydantic would compile each field's annotation
 # from its string at import, a tenth of the config's import time.
+import copy
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from mirror import reference
+from mirror.chart.merge import deep_merge
 from mirror.release import normalise_version
 from mirror.settings.fields import (
     FileName,
@@ -64,14 +66,25 @@ class ImageSettings(Section):
         return self.tag.replace(VERSION_PLACEHOLDER, normalise_version(version))
 
 
+# What HAMi needs on ACK whatever else is set: ACK installs the NVIDIA driver at the node's root, not where the
+# chart looks by default (/usr/local/nvidia). A user's `values.extra` may override it (null: the chart's own).
+ACK_VALUES: dict[str, Any] = {"devicePlugin": {"nvidiaDriverRoot": "/"}}
+
+
 class ValuesSettings(Section):
     """The Helm values file written for each verified target."""
 
     file_name: FileName = "hami-ack-values.yaml"
-    extra: PlainData = Field(default_factory=lambda: {"devicePlugin": {"nvidiaDriverRoot": "/"}})
+    extra: PlainData = Field(default_factory=lambda: copy.deepcopy(ACK_VALUES))
     release: HelmRelease = "hami"
     chart: str = "hami-charts/hami"  # the chart in the printed `helm install` line when no `chart:` is set
     kube_namespace: KubeNamespace = "kube-system"
     # an image of the release that the values would leave on the source registry: refuse to write the
     # file (error), or write it with a warning naming each key (warn)
     unmirrored: Literal["error", "warn"] = "error"
+
+    @field_validator("extra")
+    @classmethod
+    def _over_ack_values(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """The user's values over ACK's own: setting `extra` for anything else keeps the driver root."""
+        return deep_merge(copy.deepcopy(ACK_VALUES), value)
