@@ -129,6 +129,8 @@ class ReleaseResult:
     images: list[ImageResult] = field(default_factory=list)
     values: list[ValuesFile] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # values that could not be written, and why
+    # values not attempted because some image of their chart is not verified at the target (its own error says why)
+    withheld: list[str] = field(default_factory=list)
     source_rate_limit: RateLimit | None = None
 
     def pull_secret_for(self, target: TargetSettings) -> str | None:
@@ -178,5 +180,6 @@ class ReleaseResult:
                 for v in self.values
             ],
             **({"errors": self.errors} if self.errors else {}),
+            **({"withheld": self.withheld} if self.withheld else {}),
             "source_rate_limit": self.source_rate_limit.to_json() if self.source_rate_limit else None,
         }

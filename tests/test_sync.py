@@ -208,9 +208,13 @@ def test_refused_push_fails_with_one_line_and_no_tag(
 
     assert main(["sync", VERSION, "--config", str(config)]) == 1
 
-    failures = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mirror: ")]
+    said = capsys.readouterr()
+    failures = [line for line in said.err.splitlines() if line.startswith("mirror: ")]
     assert len(failures) == 1 and "unknown manifest class" in failures[0] and "hami -> t0" in failures[0]
     assert "use auto or drop for this target" in failures[0]
+    # the report says which values the failure kept back, and for want of what
+    withheld = f"hami values for t0 not written: 1 of its images not verified there ({source.host}/projecthami/hami:"
+    assert withheld in said.out, said.out
     assert manifest_digest(acr_like, "mirrored/hami", VERSION) is None
     assert manifest_digest(acr_like, "mirrored/kube-webhook-certgen", "v1.1.1") is not None  # a manifest list
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.yaml"))

@@ -116,6 +116,8 @@ def print_summary(results: list[ReleaseResult]) -> None:
                     print(f"       index rewritten: {rewrite.source_digest} -> {rewrite.target_digest}")
                     for dropped in rewrite.dropped or ():
                         print(f"       left out {dropped.digest} ({dropped.platform}): {dropped.reason}")
+        for withheld in release.withheld:
+            print(f"  {withheld}")
         if release.source_rate_limit:
             print(f"  source pull budget: {release.source_rate_limit}")
         for values in release.values:

@@ -45,8 +45,10 @@ def outcomes_at(job: ReleaseJob, result: ReleaseResult, target: TargetSettings) 
     return found
 
 
-def chart_verified(job: ReleaseJob, chart: ChartJob, result: ReleaseResult, target: TargetSettings) -> bool:
-    return chart.copies <= outcomes_at(job, result, target).keys()
+def unverified_images(job: ReleaseJob, chart: ChartJob, result: ReleaseResult, target: TargetSettings) -> list[str]:
+    """The sources of the chart's copies not verified at this target (none: its values may be written)."""
+    verified = outcomes_at(job, result, target).keys()
+    return [job.images[index].source_ref for index in sorted(chart.copies - verified)]
 
 
 def verified_references(job: ReleaseJob, outcomes: dict[int, TargetResult], target: TargetSettings) -> set[str]:

@@ -18,7 +18,7 @@ from mirror.chart.source import ChartLocation
 from mirror.engine.cache import RunCache
 from mirror.engine.charts import fetch_install_charts
 from mirror.engine.clients import Clients, retry_policy
-from mirror.engine.deliver import Delivery, chart_verified, deliver
+from mirror.engine.deliver import Delivery, deliver, unverified_images
 from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_jobs, check_versions, select_targets
 from mirror.engine.lock import target_locks
@@ -50,6 +50,7 @@ __all__ = ["SyncOptions", "Syncer", "discover_and_sync", "sync"]
 # holding memory (the benchmark's 50 images to three targets: peak RSS 66 MB at 32, 63 MB at 16, no slower).
 IMAGES_AT_ONCE = 16
 EVENT_CHARS = 1000  # of a delivery's refusal on the progress line (the run's report says it whole)
+SHOWN_IMAGES = 3  # of the images that kept a chart's values from being written, named in its error
 T = TypeVar("T")
 log = logging.getLogger("mirror")
 
@@ -121,10 +122,12 @@ class Syncer:
         self, job: ReleaseJob, chart: ChartJob, target: TargetSettings, result: ReleaseResult, latest: bool
     ) -> None:
         """One chart's values at one target, once every image the chart uses verified there."""
-        if not chart_verified(job, chart, result, target):
+        not_written = f"{chart.spec.name} values for {target.name} not written"
+        if unverified := unverified_images(job, chart, result, target):
+            shown = ", ".join(unverified[:SHOWN_IMAGES]) + (", ..." if len(unverified) > SHOWN_IMAGES else "")
+            result.withheld.append(f"{not_written}: {len(unverified)} of its images not verified there ({shown})")
             return
         client = self.clients[api_host(target.registry)]
-        not_written = f"{chart.spec.name} values for {target.name} not written"
         if self.shutdown.stopping:  # a render and a chart push are new work too
             result.errors.append(f"{not_written}: {STOPPING}")
             return
