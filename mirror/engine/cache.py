@@ -73,6 +73,14 @@ class RunCache:
             self._trees, digest, lambda: load_tree(source, job.source.name, digest, concurrency, self.manifests)
         )
 
+    def tree_at_target(self, ref: TargetRef, digest: str) -> asyncio.Future[ManifestTree]:
+        """A tree the target holds under the source's own digest: the same bytes as the source's (each manifest
+        checked against its digest), read there or from the kept manifests, and shared with `source_tree`."""
+        target, concurrency = self.clients[ref.repository.registry], self.settings.transfer.manifest_concurrency
+        return memoised(
+            self._trees, digest, lambda: load_tree(target, ref.repository.name, digest, concurrency, self.manifests)
+        )
+
     def target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
         """The target tag's descriptor, asked at once (not memoised: each tag is asked once per image)."""
         client = self.clients[ref.repository.registry]

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from mirror.acr import refuses_manifest_class
 from mirror.engine.blobs import BlobOutcome, TargetBlobs
 from mirror.engine.plan import TargetPlan
-from mirror.engine.policy import Dropped, is_runnable, rewrite_index
+from mirror.engine.policy import Dropped, is_runnable, policy_text, rewrite_index
 from mirror.engine.tasks import gather_or_raise
 from mirror.engine.upload import BlobOrigin
-from mirror.oci import Manifest
+from mirror.oci import Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError
 
 
@@ -36,6 +36,7 @@ async def copy_to_target(
     manifest_concurrency: int,
     attestations: str = "auto",
     on_bytes: Callable[[int], None] | None = None,
+    platforms: list[str] | None = None,
 ) -> CopyStats:
     repository = plan.target.repository.name
     outcomes = await gather_or_raise(blobs.ensure(repository, blob, origin, on_bytes) for blob in plan.missing_blobs)
@@ -54,14 +55,7 @@ async def copy_to_target(
                 if not refuses_manifest_class(exc) or is_runnable(entry, child):
                     raise
                 if attestations != "auto":
-                    raise RegistryError(
-                        exc.action,
-                        exc.where,
-                        exc.status,
-                        exc.code,
-                        f"{exc.message} (a non-image entry, platform {entry.platform}; with attestations: "
-                        f"{attestations} the index is copied byte for byte: use auto or drop for this target)",
-                    ) from exc
+                    raise _copied_whole(exc, entry, attestations) from exc
                 refused.append(
                     Dropped(child.digest, entry.platform, f"refused by the target: {exc.message or exc.code}")
                 )
@@ -70,10 +64,22 @@ async def copy_to_target(
     if refused:
         source_root = plan.source_root or root
         keep = set(entries) - {d.digest for d in refused}
-        root = rewrite_index(source_root, keep)
+        root = rewrite_index(source_root, keep, policy_text(attestations, platforms))
     await client.put_manifest(repository, root.digest, root)
     await client.put_manifest(repository, tag, root)
     counts = Counter(outcomes)
     counts[BlobOutcome.PRESENT] += len(plan.present_blobs)
     uploaded = sum(b.size for b, o in zip(plan.missing_blobs, outcomes, strict=True) if o is BlobOutcome.UPLOADED)
     return CopyStats(counts, uploaded, root, (*plan.dropped, *refused))
+
+
+def _copied_whole(refusal: RegistryError, entry: Descriptor, attestations: str) -> RegistryError:
+    """The target's refusal of a non-image entry where the policy copies the index byte for byte."""
+    return RegistryError(
+        refusal.action,
+        refusal.where,
+        refusal.status,
+        refusal.code,
+        f"{refusal.message} (a non-image entry, platform {entry.platform}; with attestations: "
+        f"{attestations} the index is copied byte for byte: use auto or drop for this target)",
+    )

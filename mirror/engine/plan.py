@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mirror.engine.blobs import TargetBlobs
 from mirror.engine.jobs import TargetRef
-from mirror.engine.policy import Dropped, is_runnable, rewrite_index, select
+from mirror.engine.policy import Dropped, is_runnable, policy_text, rewrite_index, select
 from mirror.engine.tree import ManifestTree
 from mirror.oci import Descriptor, Manifest, ManifestError
 
@@ -51,7 +51,8 @@ def apply_policy(
     kept, dropped = select(tree, attestations, platforms)
     if not dropped:
         return tree, ()
-    rewritten = ManifestTree(rewrite_index(tree.root, {m.digest for m in kept}), tuple(kept))
+    policy = policy_text(attestations, platforms)
+    rewritten = ManifestTree(rewrite_index(tree.root, {m.digest for m in kept}, policy), tuple(kept))
     if not any(is_runnable(entry, child) for entry, child in rewritten.entries()):
         raise ManifestError(f"index {tree.digest}: no image is left after the platform filter {platforms}")
     return rewritten, tuple(dropped)

@@ -1,6 +1,7 @@
 """Which entries of an index a target gets: every one (a byte-exact copy), or a rewritten index without
 attestations and other non-image entries, or only some platforms. A rewritten index keeps its media type,
-its annotations and every kept child byte for byte, and records the source digest it came from."""
+its annotations and every kept child byte for byte, and records the source digest it came from and the policy
+that chose its entries."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from mirror.engine.tree import ManifestTree
 from mirror.oci import DOCKER_CONFIG, OCI_CONFIG, Descriptor, Manifest
 
 SOURCE_DIGEST_ANNOTATION = "mirror.source.digest"
+POLICY_ANNOTATION = "mirror.policy"
 IMAGE_CONFIG_TYPES = frozenset({DOCKER_CONFIG, OCI_CONFIG})
 ATTESTATION = "attestation-manifest"
 # containerd's normalisation: an entry without a variant is this variant of its architecture
@@ -93,12 +95,19 @@ def select(tree: ManifestTree, attestations: str, platforms: list[str] | None) -
     return [child for _, child in kept], dropped
 
 
-def rewrite_index(root: Manifest, keep: set[str]) -> Manifest:
-    """The source index with only the `keep` children, everything else as it was, plus the source digest."""
+def policy_text(attestations: str, platforms: list[str] | None) -> str:
+    """A target's policy as its rewrites record it: a rewrite made under another policy is not current."""
+    return f"attestations={attestations}; platforms={','.join(sorted(platforms)) if platforms else 'all'}"
+
+
+def rewrite_index(root: Manifest, keep: set[str], policy: str) -> Manifest:
+    """The source index with only the `keep` children, everything else as it was, plus the source digest and the
+    policy it was made under (`policy_text`)."""
     doc = json.loads(root.raw)
     doc["manifests"] = [entry for entry in doc.get("manifests", []) if entry.get("digest") in keep]
     annotations = dict(doc.get("annotations") or {})
     annotations[SOURCE_DIGEST_ANNOTATION] = root.digest
+    annotations[POLICY_ANNOTATION] = policy
     doc["annotations"] = annotations
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
     return Manifest.parse(raw, root.media_type)
@@ -106,11 +115,20 @@ def rewrite_index(root: Manifest, keep: set[str]) -> Manifest:
 
 def source_digest_of(manifest: Manifest) -> str | None:
     """For an index this project rewrote, the source digest it records."""
+    return _annotation(manifest, SOURCE_DIGEST_ANNOTATION)
+
+
+def policy_of(manifest: Manifest) -> str | None:
+    """For an index this project rewrote, the policy it records (none on rewrites made before it was recorded)."""
+    return _annotation(manifest, POLICY_ANNOTATION)
+
+
+def _annotation(manifest: Manifest, key: str) -> str | None:
     if not manifest.is_index:
         return None
     try:
         annotations = json.loads(manifest.raw).get("annotations") or {}
     except ValueError:
         return None
-    value = annotations.get(SOURCE_DIGEST_ANNOTATION)
+    value = annotations.get(key) if isinstance(annotations, dict) else None
     return value if isinstance(value, str) else None

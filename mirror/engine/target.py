@@ -32,15 +32,15 @@ from mirror.engine.outcomes import (
     rewrite_of,
 )
 from mirror.engine.plan import apply_policy, plan_target
-from mirror.engine.policy import signable, source_digest_of
+from mirror.engine.policy import is_runnable, policy_of, policy_text, signable, source_digest_of
 from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referrers
 from mirror.engine.shutdown import Interrupted
 from mirror.engine.statecache import ManifestCache
 from mirror.engine.tasks import gather_then_raise
-from mirror.engine.tree import manifest_by_digest
+from mirror.engine.tree import ManifestTree, known_tree, manifest_by_digest
 from mirror.engine.verify import Known, Verification, verify_copy
 from mirror.errors import MirrorError
-from mirror.oci import INDEX_TYPES, Descriptor
+from mirror.oci import INDEX_TYPES, Descriptor, Manifest
 from mirror.progress import Progress
 from mirror.registry import RegistryClient
 from mirror.report import TargetResult
@@ -146,18 +146,22 @@ class TargetStages:
     async def decide(
         self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: Descriptor | None, label: str
     ) -> Decision:
-        """Is the target tag already a verified copy of the source (or mirror's rewrite of it), something
-        else (drift), or missing or incomplete (copy)?"""
+        """Is the target tag already a verified copy of what the target's policy builds from the source now (its
+        tree, or mirror's rewrite of it), something else (drift), or missing, incomplete or built under another
+        `platforms:`/`attestations:` (copy, forced or not)?"""
         if current is None:
             return Missing()
         client, repository = self.cache.clients[ref.repository.registry], ref.repository.name
-        expected = await _expected_digest(client, repository, current.digest, resolved.digest, self.cache.manifests)
-        if current.digest == expected:
-            check = await self._verify(client, repository, job.tag, expected, resolved=current)
+        expected = await _expected(self.cache, job, ref, resolved, current.digest)
+        if current.digest == expected.digest:
+            check = await self._verify(client, repository, job.tag, current.digest, resolved=current)
             if check.ok:
-                self.progress.event(f"{label}: up to date, verified ({expected[:19]})")
-                return Current(expected, check.children)
+                self.progress.event(f"{label}: up to date, verified ({current.digest[:19]})")
+                return Current(current.digest, check.children)
             self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
+            return Missing()
+        if expected.ours:
+            self.progress.event(f"{label}: the index there is not what platforms/attestations select now; copying")
             return Missing()
         if self.options.force:
             return Missing()
@@ -192,6 +196,7 @@ class TargetStages:
                 concurrency,
                 ref.target.attestations,
                 self.progress.advance,
+                job.platforms_at(ref),
             )
         except MirrorError as exc:
             return not_landed(exc, _reason(ref, exc), described)
@@ -311,15 +316,55 @@ def _children(stats: CopyStats) -> tuple[Descriptor, ...]:
     return tuple(stats.root.manifests)
 
 
-async def _expected_digest(
-    client: RegistryClient, repository: str, current: str, source: str, known: ManifestCache
-) -> str:
-    """What the target tag should point at: the source digest, or a rewrite of it made by this tool (recorded in
-    the rewritten index's annotations, read from the target: no source pull)."""
-    if current == source:
-        return source
-    manifest = await manifest_by_digest(client, repository, current, known)
-    return current if source_digest_of(manifest) == source else source
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What the target tag should point at now, and whether it points at this source's tree as mirror copies it
+    (byte for byte, or rewritten: under this policy or an earlier one) rather than at something else."""
+
+    digest: str | None  # None: the tag holds a rewrite made under another policy; nothing there is current
+    ours: bool
+
+
+async def _expected(cache: RunCache, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: str) -> Expected:
+    """What the tag should hold under the target's `platforms:`/`attestations:` now. A rewrite records the policy
+    it was made under, so a no-op reads no tree; a byte-exact copy is read from the manifests an earlier run kept,
+    else from the target (the same bytes as the source's): neither sends the source a GET."""
+    policy = policy_text(ref.target.attestations, job.platforms_at(ref))
+    if current == resolved.digest:
+        if _keeps_every_entry(job, ref, resolved):
+            return Expected(current, ours=True)
+        held = await asyncio.shield(cache.tree_at_target(ref, current))
+        built, _ = apply_policy(held, ref.target.attestations, job.platforms_at(ref))
+        return Expected(built.digest, ours=True)
+    client = cache.clients[ref.repository.registry]
+    index = await manifest_by_digest(client, ref.repository.name, current, cache.manifests)
+    if source_digest_of(index) != resolved.digest:
+        return Expected(resolved.digest, ours=False)
+    recorded = policy_of(index)
+    if recorded is None:  # made before rewrites recorded their policy: checked where the source tree is kept
+        source = known_tree(cache.manifests, resolved.digest)
+        current_policy = source is None or _selects_as_held(source, index, ref, job)
+        return Expected(current if current_policy else None, ours=True)
+    return Expected(current if recorded == policy else None, ours=True)
+
+
+def _keeps_every_entry(job: ImageJob, ref: TargetRef, resolved: Descriptor) -> bool:
+    """Whether the policy leaves the source's tree as it is, known without reading the tree."""
+    if resolved.media_type not in INDEX_TYPES:
+        return True
+    return job.platforms_at(ref) is None and ref.target.attestations != "drop"
+
+
+def _selects_as_held(source: ManifestTree, held: Manifest, ref: TargetRef, job: ImageJob) -> bool:
+    """Does the policy keep the entries `held` (an older rewrite) has, or, under `attestations: auto`, those less
+    some non-image entries the target refused (`copy.py`)?"""
+    built, _ = apply_policy(source, ref.target.attestations, job.platforms_at(ref))
+    kept, selected = {entry.digest for entry in held.manifests}, {child.digest for child in built.children}
+    if kept == selected:
+        return True
+    refused = [(entry, child) for entry, child in built.entries() if child.digest not in kept]
+    refusable = ref.target.attestations == "auto" and not any(is_runnable(entry, child) for entry, child in refused)
+    return kept < selected and refusable
 
 
 async def _children_at(
