@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from mirror.engine.probes import TargetProbes
@@ -16,6 +17,7 @@ from mirror.engine.upload import (
     BlobUpload,
     ChunkedUpload,
     ChunkedUploadUnsupported,
+    CountingOrigin,
     is_transient,
     upload_whole,
 )
@@ -41,6 +43,35 @@ class BlobOutcome(enum.StrEnum):
 
 
 @dataclass
+class MountGate:
+    """Whether a target registry takes cross-repository mounts, learned from the first mount it answers. Until
+    then the mounts wait their turn: a run starts many uploads at once, and each would try what the first may
+    find refused. Once one is refused (no pull on the source repository, which is often a guess: 401
+    insufficient_scope; 403; 404; any answer but a passing failure), none is tried again in the run."""
+
+    refused: bool = False
+    answered: bool = False
+    _first: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[bool]:
+        """Whether to try a mount now; the first is alone until it is answered (a failure in passing leaves the
+        question to the next)."""
+        if not self.answered:
+            async with self._first:
+                if not self.answered:
+                    yield not self.refused
+                    self.answered = True
+                    return
+        yield not self.refused
+
+    def refuse(self, host: str, refusal: RegistryError) -> None:
+        if not self.refused:
+            log.info("%s refused a blob mount (%s): ordinary uploads there for the rest of the run", host, refusal)
+        self.refused = True
+
+
+@dataclass
 class TargetBlobs:
     """What one target registry holds, as learned during a run, and the transfers into it.
 
@@ -57,6 +88,7 @@ class TargetBlobs:
     shutdown: Shutdown = field(default_factory=Shutdown)
     max_blob_size: int = 50 * 1024**3
     probe_concurrency: int = 16  # HEADs at this registry at once (its connection limit)
+    mounts: MountGate = field(default_factory=MountGate)
     _present: dict[str, set[str]] = field(default_factory=dict)
     _first: dict[str, str] = field(default_factory=dict)  # digest -> the repository that transfers it
     _ensured: dict[tuple[str, str], asyncio.Future[BlobOutcome]] = field(default_factory=dict)
@@ -83,7 +115,10 @@ class TargetBlobs:
 
     def mount_source(self, repository: str, digest: str) -> str | None:
         """Another repository here known to hold the blob, or failing that one of the run's repositories
-        that may (a failed mount costs nothing: the registry starts an ordinary upload instead)."""
+        that may (a mount from one that lacks it costs nothing: the registry starts an ordinary upload instead);
+        None once the registry refused a mount."""
+        if self.mounts.refused:
+            return None
         known = sorted(self._present.get(digest, set()) - {repository})
         if known:
             return known[0]
@@ -128,13 +163,17 @@ class TargetBlobs:
             raise IntegrityError(
                 f"blob {blob.digest} claims {blob.size} bytes, over transfer.max_blob_size ({self.max_blob_size})"
             )
-        transfer = _BlobTransfer(self, repository, BlobUpload(self.client, repository, blob, origin, on_bytes))
+        counted = CountingOrigin(origin)
+        transfer = _BlobTransfer(self, repository, BlobUpload(self.client, repository, blob, counted, on_bytes))
         # One retry loop for every way a blob goes up: a streamed PUT cannot be replayed, so a transient
         # failure restarts it with a new session (its POST also gets a fresh token if the old one was
-        # refused) and a fresh read of the source; a chunked upload resumes its session instead.
+        # refused) and a fresh read of the source; a chunked upload resumes its session instead. Bytes read
+        # are progress: the policy's time budget counts from the last attempt that moved some.
         where = f"blob {blob.digest} to {self.client.where(repository)}"
         try:
-            outcome = await retry_step(self.policy, transfer.attempt, is_transient, where)
+            outcome = await retry_step(
+                self.policy, transfer.attempt, is_transient, where, progress=lambda: counted.read
+            )
         except (Exception, asyncio.CancelledError) as exc:
             await transfer.abandon(cancelled=isinstance(exc, asyncio.CancelledError))
             raise
@@ -171,11 +210,31 @@ class _BlobTransfer:
         again (a chunked upload's last PUT, retried, finds its session gone and would start over)."""
         return await self.client.head_blob(self.repository, self.upload.blob.digest) == self.upload.blob.size
 
+    async def _start_session(self) -> UploadSession | None:
+        """A new upload session, or None when the registry mounted the blob from another repository here. A
+        mount the registry refuses is followed by an ordinary session (as Docker's pusher does), and ends the
+        mounts at this registry for the run."""
+        blob, repository, mounts = self.upload.blob, self.repository, self.blobs.mounts
+        source = self.blobs.mount_source(repository, blob.digest)
+        if source is not None:
+            async with mounts.turn() as allowed:
+                if allowed:
+                    try:
+                        return await self.client.start_upload(repository, blob.digest, source)
+                    except RegistryError as refusal:
+                        if refusal.transient:
+                            raise
+                        mounts.refuse(self.client.host, refusal)
+        return await self._ordinary_session()
+
+    async def _ordinary_session(self) -> UploadSession:
+        session = await self.client.start_upload(self.repository)
+        assert session is not None
+        return session
+
     async def _in_new_session(self) -> BlobOutcome:
         blob, repository = self.upload.blob, self.repository
-        session = await self.client.start_upload(
-            repository, blob.digest, self.blobs.mount_source(repository, blob.digest)
-        )
+        session = await self._start_session()
         if session is None:
             if self.upload.on_bytes:
                 self.upload.on_bytes(blob.size)
@@ -189,9 +248,7 @@ class _BlobTransfer:
                 log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
                 self.chunked = None
                 await self.client.cancel_upload(repository, session)
-                fresh = await self.client.start_upload(repository)
-                assert fresh is not None
-                session = fresh
+                session = await self._ordinary_session()
         try:
             await upload_whole(self.upload, session)
         except (Exception, asyncio.CancelledError) as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,6 +36,25 @@ class RegistryOrigin:
 
     def open(self, blob: Descriptor, start: int = 0) -> AbstractAsyncContextManager[BlobBody]:
         return self.client.open_blob(self.repository, blob.digest, start)
+
+
+@dataclass
+class CountingOrigin:
+    """An origin that counts the bytes read through it, across every open: a transfer's progress, on which the
+    retry policy's clock starts again (`retry_step`), so a long transfer is not out of retries for its length."""
+
+    inner: BlobOrigin
+    read: int = 0
+
+    @asynccontextmanager
+    async def open(self, blob: Descriptor, start: int = 0) -> AsyncIterator[BlobBody]:
+        async with self.inner.open(blob, start) as body:
+            yield BlobBody(self._counted(body.chunks), body.start)
+
+    async def _counted(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            self.read += len(chunk)
+            yield chunk
 
 
 @dataclass(frozen=True, slots=True)

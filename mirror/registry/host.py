@@ -1,5 +1,6 @@
 """What every part of a registry client shares: the host it talks to, its HTTP client (the transport stack and
-auth of `transport.py`), how a place is named in messages, and a request whose network failure is one line."""
+auth of `transport.py`), how a place is named in messages, and a request whose network failure is one line and
+whose answer is read within a bound."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import httpx
 
 from mirror.reference import is_valid_digest
 from mirror.registry.auth import RegistryAuth
-from mirror.registry.body import released
-from mirror.registry.errors import RegistryUnreachable
+from mirror.registry.body import read_limited, released
+from mirror.registry.errors import MAX_ERROR_BODY, RegistryUnreachable
 
 
 class RegistryHost:
@@ -30,7 +31,21 @@ class RegistryHost:
         return f"{self.host}/{repository}" + (f"{sep}{ref}" if ref else "")
 
     async def _send(self, action: str, where: str, method: str, url: str | httpx.URL, **kwargs: Any) -> httpx.Response:
+        """The answer to a request whose body tells the caller nothing it needs (an upload step, a manifest PUT:
+        their status and headers do), closed, holding at most MAX_ERROR_BODY bytes of its body, decoded as they
+        arrived: read whole, a few hundred KB of gzip stood for hundreds of MB. An error keeps the registry's code
+        and message for `raise_for_response`."""
+        request = self.http.build_request(method, url, **kwargs)
         try:
-            return released(await self.http.request(method, url, **kwargs))
+            response = await self.http.send(request, stream=True)
+            try:
+                body = await read_limited(response, MAX_ERROR_BODY, truncate=True)
+            except httpx.DecodingError:
+                body = b""  # a body that does not decode: the answer is its status and headers
+            finally:
+                await response.aclose()
+                released(response)
         except httpx.TransportError as exc:
             raise RegistryUnreachable(action, where, exc) from exc
+        # read_limited took Content-Encoding out of the headers: the body kept is decoded already
+        return httpx.Response(response.status_code, headers=response.headers, content=body, request=response.request)

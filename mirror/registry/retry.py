@@ -161,15 +161,24 @@ async def retry_step(
     should_retry: Callable[[Exception], bool],
     what: str,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    progress: Callable[[], int] | None = None,
 ) -> T:
     """Run a whole step again (a new upload session, a fresh read of the source) while `should_retry`
-    says the failure was transient and the policy allows. `step` gets the attempt number."""
+    says the failure was transient and the policy allows. `step` gets the attempt number.
+
+    `progress`, if given, counts what the step got done so far (a blob's bytes read). An attempt that moved it
+    restarts the policy's clock as it fails: `max_elapsed` bounds the time spent failing and waiting since the
+    step last made progress, not the time a long transfer takes (a layer of a few hundred MB over a slow link
+    takes the whole default budget to send). Attempts are counted as ever, progress or not."""
     started = time.monotonic()
     attempt = 1
     while True:
+        done = progress() if progress is not None else 0
         try:
             return await step(attempt)
         except Exception as exc:
+            if progress is not None and progress() != done:
+                started = time.monotonic()
             delay = policy.backoff(attempt)
             if not should_retry(exc) or not policy.allows(attempt, started, delay):
                 raise

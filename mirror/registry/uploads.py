@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import httpx
 
 from mirror.errors import MirrorError
-from mirror.registry.body import released
 from mirror.registry.errors import RegistryError, raise_for_response, without_query
 from mirror.registry.host import RegistryHost
 from mirror.untrusted import clip
@@ -120,7 +119,7 @@ class BlobUploads(RegistryHost):
         registry confirmed."""
         try:
             async with asyncio.timeout(within):  # retries and waits for Retry-After included
-                response = released(await self.http.request("DELETE", session.url))
+                response = await self._send("cancel upload", self.where(repository), "DELETE", session.url)
         except (httpx.HTTPError, TimeoutError, MirrorError):  # a token the realm refused for the DELETE, too
             return False
         return response.status_code in (200, 202, 204)

@@ -1,0 +1,97 @@
+"""A cross-repository mount the registry refuses falls back to an ordinary upload, as the distribution spec and
+Docker's pusher have it, and no further mount is tried at that registry in the run: the mount's source is
+often a guess. It failed the blob, and so the image, on every run.
+
+The real refusal: a token server that grants a token for one repository at a time, so a mount's token has no
+pull on its `from` repository and Debian's docker-registry answers 401 insufficient_scope. Other refusals (403,
+404) from the fault proxy in front of a plain registry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.demo.localregistry import AccessEntry, LocalRegistry
+from tests.faultproxy import Fault, FaultProxy
+from tests.support import blob_exists
+from tests.test_faults import sync
+from tests.test_sync import VERSION, seed_release
+from tests.test_token_auth import PASSWORD, USER, World, assert_copied, make_world, run_cli
+from tests.tokenserver import TokenServer
+
+TARGET_SERVICE = "target-registry:cn-test:1234"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    yield from make_world(tmp_path)
+
+
+def one_repository_per_token(tokens: TokenServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the target, a token that pushes to a repository grants nothing on any other: a mount's token has no
+    pull on the repository it names in `from`."""
+    issue = tokens.issue
+
+    def issue_for_one(user: str | None, service: str, scopes: list[str], method: str) -> dict[str, Any]:
+        pushing = [scope for scope in scopes if scope.endswith(",push")]
+        return issue(user, service, pushing if service == TARGET_SERVICE and pushing else scopes, method)
+
+    monkeypatch.setattr(tokens, "issue", issue_for_one)
+
+
+def mount_attempts(entries: list[AccessEntry]) -> list[AccessEntry]:
+    return [e for e in entries if e.method == "POST" and "mount=" in e.path]
+
+
+def uploaded(entries: list[AccessEntry], repository: str) -> set[str]:
+    """The digests whose upload into `repository` the registry completed (201 to the closing PUT)."""
+    closing = [e for e in entries if e.method == "PUT" and e.status == 201 and f"/v2/{repository}/blobs/" in e.path]
+    return {e.path.split("digest=", 1)[1].split("&", 1)[0] for e in closing}
+
+
+def test_a_mount_without_pull_on_its_source_falls_back_to_an_upload(
+    world: World, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one_repository_per_token(world.tokens, monkeypatch)
+    config = world.config({"username": USER, "password": PASSWORD})
+
+    code, output = run_cli(["sync", VERSION, "--config", str(config)], capsys)
+
+    assert code == 0, output
+    assert_copied(world)
+    log = world.target.access_log()
+    (refused,) = mount_attempts(log)  # one mount tried at this registry in the whole run
+    assert refused.status == 401
+    # every blob went up into each repository as an ordinary upload, the refused mount's blob among them
+    assert uploaded(log, "mirrored/hami") == set(world.hami.blobs)
+    assert uploaded(log, "mirrored/kube-webhook-certgen") == set(world.certgen.blobs)
+    assert refused.path.split("mount=", 1)[1].split("&", 1)[0] in set(world.hami.blobs) | set(world.certgen.blobs)
+
+
+@pytest.mark.parametrize(("status", "code"), [(403, "DENIED"), (404, "NAME_UNKNOWN")])
+def test_a_mount_the_registry_refuses_falls_back_to_an_upload(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy, status: int, code: str
+) -> None:
+    hami, certgen = seed_release(source)
+    refusal = Fault("status", method="POST", path=r"mount=", status=status, code=code, count=1000)
+    target_proxy.add(refusal)
+
+    assert sync(tmp_path, source, target_proxy) == 0
+
+    assert refusal.applied == 1  # the first refusal ends the mounts at this registry for the run
+    log = target.access_log()
+    assert uploaded(log, "mirrored/hami") == set(hami.blobs)
+    assert uploaded(log, "mirrored/kube-webhook-certgen") == set(certgen.blobs)
+    assert all(blob_exists(target, "mirrored/hami", digest) for digest in hami.blobs)
+
+
+def test_a_mount_that_works_is_tried_again(tmp_path: Path, source: LocalRegistry, target: LocalRegistry) -> None:
+    """Mounts that the registry takes (201) or answers with an ordinary session (202) go on as before."""
+    seed_release(source)
+    assert sync(tmp_path, source, target) == 0
+    attempts = mount_attempts(target.access_log())
+    # 201: the layer both images share crossed the wire once; 202: a guess that lacked the blob, a session
+    assert {e.status for e in attempts} == {201, 202}
