@@ -348,6 +348,10 @@ def test_connections_past_max_connections_are_answered_503(tmp_path: Path) -> No
             assert keep_alive_get(second).startswith(b"HTTP/1.1 200 ")
             crowded = httpx.get(f"{service.url}/healthz", timeout=10)
             assert crowded.status_code == 503, crowded.text
+            # so the Deployment's liveness probe is a TCP connect, which a crowd does not fail (kubelet would
+            # otherwise restart the pod, and its running job with it, for anyone holding the connections)
+            with connect(service):
+                pass
             time.sleep(8)  # past uvicorn's own keep-alive default (5 s), well within keepalive_seconds (60 s)
             assert keep_alive_get(first).startswith(b"HTTP/1.1 200 ")
         deadline = time.monotonic() + BOUND  # the two closed: served again
