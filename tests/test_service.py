@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import fcntl
 import hashlib
 import hmac
@@ -29,6 +31,7 @@ from mirror.demo.sample import push_multiarch
 from mirror.engine.discover import select_versions
 from mirror.engine.lock import lock_name
 from mirror.oci import Manifest
+from mirror.service.store import JobStore
 from mirror.settings import DiscoverySettings
 from tests.faultproxy import Fault, fault_proxy
 from tests.support import (
@@ -373,6 +376,50 @@ def test_the_runs_count_the_429s_they_are_answered(
             assert running.stopped_cleanly()
     assert job["state"] == "succeeded", job["error"]
     assert limited.applied == 3 and after["mirror_rate_limited_responses_total{}"] == 3
+
+
+@contextmanager
+def store_out_of_reach(database_url: str) -> Iterator[None]:
+    """The job store's database refusing every connection (its sessions ended), as while PostgreSQL restarts."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    admin = f"postgresql://{url.username}@{url.host}:{url.port}/postgres"
+    with psycopg.connect(admin, autocommit=True) as db:
+        db.execute(f"ALTER DATABASE {url.database} WITH ALLOW_CONNECTIONS false")
+        db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (url.database,))
+    try:
+        yield
+    finally:
+        with psycopg.connect(admin, autocommit=True) as db:
+            db.execute(f"ALTER DATABASE {url.database} WITH ALLOW_CONNECTIONS true")
+
+
+def test_a_job_store_out_of_reach_is_a_503_and_a_scheduled_tick_waits_for_it(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, database_url: str
+) -> None:
+    """A webhook while the database is away is told to come back (503, Retry-After), not "internal error"; the
+    schedule's tick is queued once the database is back, not lost until the next one."""
+    seed_release(source)
+    config = service_config(tmp_path, source, target, database_url=database_url, schedule="*/2 * * * * *")
+    running = Service(config, free_port())
+    running.start()
+    try:
+        with store_out_of_reach(database_url):
+            answer = running.signed({"version": VERSION})
+            assert answer.status_code == 503 and answer.headers["retry-after"] == "30", answer.text
+            assert "job store cannot be reached" in answer.json()["error"]
+            assert httpx.get(f"{running.url}/jobs", headers=AUTH, timeout=10).status_code == 503
+            wait_for(lambda: "scheduled discovery not queued yet" in running.log.read_text())
+            back = datetime.datetime.now(datetime.UTC).strftime("schedule:%Y-%m-%dT%H:%M:%SZ")
+        wait_for(lambda: any(job["kind"] == "schedule" for job in running.jobs()), seconds=60)
+        ticks = [str(r["delivery"]) for r in asyncio.run(JobStore(database_url).recent(100))]
+        assert min(ticks) <= back, (ticks, back)  # the tick that fired while the database was away
+        assert running.signed({"version": VERSION}).status_code == 202
+    finally:
+        assert running.stopped_cleanly()
+    assert "Traceback" not in running.log.read_text()
 
 
 def test_an_outcome_the_database_refuses_is_recorded_as_an_internal_error(

@@ -8,6 +8,7 @@ secret, API token or schedule); a config's problems are a log record each."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -51,6 +52,7 @@ log = logging.getLogger("mirror.service")
 # again: GitHub signs no timestamp, so a captured delivery can be replayed under a new delivery id.
 REPLAY_WINDOW_SECONDS = 600.0
 PAGE_DEFAULT, PAGE_MAX = 50, 200  # jobs per page of GET /jobs
+STORE_RETRY_WAITS = (2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 60.0, 60.0)  # seconds: a scheduled tick waits ~4 min in all
 QUEUE_FULL_RETRY_AFTER = 60  # seconds: a webhook refused for a full queue is told when to try again
 _JOB_ID = re.compile(r"[0-9A-Za-z_-]{1,32}")
 _LIST_PARAMETERS = ("limit", "before", "state", "kind")
@@ -279,11 +281,27 @@ async def metrics(request: Request) -> Response:
 
 async def queue_discovery(app: Starlette, delivery: str | None) -> None:
     """The schedule's discovery job (never bounded by service.max_queued_jobs: at most one is queued); `delivery`
-    names the tick, which every replica queues."""
-    job, created = await app.state.store.enqueue("schedule", None, delivery)
-    if created:
-        app.state.runner.wake.set()
-        log.info("scheduled discovery queued as job %s", job["id"])
+    names the tick, which every replica queues. A job store out of reach is waited for a few minutes: the tick
+    would otherwise be lost until the next one, hours later."""
+    for wait in (*STORE_RETRY_WAITS, None):
+        try:
+            job, created = await app.state.store.enqueue("schedule", None, delivery)
+        except Exception as exc:
+            if not database.unavailable(exc):
+                raise
+            reason = database.driver_reason(exc)
+            if wait is None:
+                log.error("scheduled discovery %s not queued: the job store stayed out of reach (%s)", delivery, reason)
+                return
+            log.warning(
+                "scheduled discovery not queued yet: the job store cannot be reached (%s); again in %g s", reason, wait
+            )
+            await asyncio.sleep(wait)
+            continue
+        if created:
+            app.state.runner.wake.set()
+            log.info("scheduled discovery queued as job %s", job["id"])
+        return
 
 
 def create_app(settings: MirrorSettings) -> Starlette:

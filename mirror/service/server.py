@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from mirror import database
 from mirror.settings import ServiceSettings
 from mirror.untrusted import clip
 
@@ -84,14 +85,19 @@ def header_deadline_protocol(seconds: float) -> type[H11Protocol]:
     return HeaderDeadline
 
 
+STORE_AWAY = {"error": "the job store cannot be reached now: nothing was done; send the request again later"}
+STORE_AWAY_RETRY_AFTER = 30  # seconds
+
+
 class BodyTimeout(Exception):
     pass
 
 
 class Doors:
     """ASGI middleware around every route: the request body must arrive within `body_seconds` of its headers
-    (else 408, and the connection is closed), a peer that leaves is not an error, and any other exception is
-    answered 500 and logged as one line (where and what), not as a traceback."""
+    (else 408, and the connection is closed), a peer that leaves is not an error, a job store that cannot be
+    reached is a 503 with Retry-After (a webhook's sender may try again), and any other exception is answered 500
+    and logged as one line (where and what), not as a traceback."""
 
     def __init__(self, app: ASGIApp, body_seconds: float) -> None:
         self.app = app
@@ -132,9 +138,14 @@ class Doors:
         except ClientDisconnect:
             pass  # the peer left before its body was read: nobody to answer
         except Exception as exc:
-            log.error("%s: internal error: %s", request_line(scope), one_line(exc))
+            if database.unavailable(exc):
+                log.warning("%s: the job store cannot be reached: %s", request_line(scope), database.driver_reason(exc))
+                answer = JSONResponse(STORE_AWAY, status_code=503, headers={"Retry-After": str(STORE_AWAY_RETRY_AFTER)})
+            else:
+                log.error("%s: internal error: %s", request_line(scope), one_line(exc))
+                answer = JSONResponse({"error": "internal error"}, status_code=500)
             if not started:
-                await JSONResponse({"error": "internal error"}, status_code=500)(scope, receive, send)
+                await answer(scope, receive, send)
 
 
 def request_line(scope: Scope) -> str:
