@@ -25,6 +25,7 @@ from mirror.demo.sample import MiB, SampleImage, push_single
 from mirror.demo.samplechart import ChartRepository, chart_files, chart_repository, hami_chart, package
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
+from mirror.settings import ChartSettings
 from tests.support import manifest_bytes, manifest_digest, requests_since, sync_json, with_client, write_config
 from tests.test_sync import VERSION, seed_release
 
@@ -267,16 +268,21 @@ def test_explicit_images_take_their_keys_from_the_chart(
     assert "values written with an image left behind" in caplog.text
 
 
+@pytest.mark.parametrize("kube_version", ["1.30.4", None], ids=["given", "default"])
 def test_images_already_in_acr_are_mirrored_on_request_with_the_clusters_version(
     tmp_path: Path,
     source: LocalRegistry,
     target: LocalRegistry,
     repository: ChartRepository,
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    kube_version: str | None,
 ) -> None:
-    """kube-scheduler's registry is ACR's: here the test source stands in for it."""
+    """kube-scheduler's registry is ACR's: here the test source stands in for it. Mirrored, its tag is pinned to
+    chart.kube_version; left at its default, that may be far from the cluster's own, and the run says so."""
     seed_chart_images(source)
-    with_client(source, lambda c: push_single(c, "google_containers/kube-scheduler", "v1.30.4", seed=30))
+    tag = f"v{kube_version or ChartSettings().kube_version}"
+    with_client(source, lambda c: push_single(c, "google_containers/kube-scheduler", tag, seed=30))
     files = chart_files(source.host, CHART_VERSION)
     files["values.yaml"] = files["values.yaml"].replace(
         "registry: registry.cn-hangzhou.aliyuncs.com", f"registry: {source.host}"
@@ -285,7 +291,7 @@ def test_images_already_in_acr_are_mirrored_on_request_with_the_clusters_version
     chart = {
         "repository": repository.url,
         "mirror_acr_images": True,
-        "kube_version": "1.30.4",
+        **({"kube_version": kube_version} if kube_version else {}),
         "allowed_registries": [],
     }
     code, report, err = sync_json(chart_config(tmp_path, source, target, chart), capsys, VERSION)
@@ -294,12 +300,14 @@ def test_images_already_in_acr_are_mirrored_on_request_with_the_clusters_version
     assert values["scheduler"]["kubeScheduler"]["image"] == {
         "registry": target.host,
         "repository": "mirrored/google_containers_kube-scheduler",
-        "tag": "v1.30.4",  # the chart would otherwise ask for the cluster's own version
+        "tag": tag,  # the chart would otherwise ask for the cluster's own version
     }
-    assert manifest_digest(target, "mirrored/google_containers_kube-scheduler", "v1.30.4") is not None
-    assert (f"{target.host}/mirrored/google_containers_kube-scheduler:v1.30.4", "mirrored") in {
+    assert manifest_digest(target, "mirrored/google_containers_kube-scheduler", tag) is not None
+    assert (f"{target.host}/mirrored/google_containers_kube-scheduler:{tag}", "mirrored") in {
         (i["image"], i["verdict"]) for i in report["values"][0]["proof"]["images"]
     }
+    warned = f"chart.kube_version is not set: scheduler.kubeScheduler.image is pinned to {tag}"
+    assert (warned in caplog.text) is (kube_version is None), caplog.text
 
 
 HOSTILE: list[tuple[str, Any, str]] = [

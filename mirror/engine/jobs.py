@@ -279,6 +279,19 @@ def _warn_values_near_misses(spec: ChartSpec, archive: ChartArchive | None) -> N
         log.warning("%s: %s is not a key of %s's values: did you mean %s?", setting, path, chart, meant)
 
 
+def _warn_default_kube_version(settings: MirrorSettings, block: ImageBlock) -> None:
+    """A copy tagged with the cluster's Kubernetes version (kube-scheduler's) pins the values to it: the default
+    version may be far from the cluster's own, and a scheduler minor versions behind its API server is outside
+    Kubernetes' version skew policy."""
+    if settings.chart is not None and "kube_version" not in settings.chart.model_fields_set:
+        log.warning(
+            "chart.kube_version is not set: %s is pinned to %s, the default; set it to your cluster's version "
+            "(kubectl version), or leave the image where it is (chart.mirror_acr_images: false)",
+            block.key,
+            block.tag,
+        )
+
+
 def _tag_to_write(chart_block: ImageBlock | None, tag: str) -> str | None:
     """A configured image's tag, where the values must carry it: the chart's block renders another tag (its own
     default, another release's), or the chart has no block at that key, so what it renders there is unknown.
@@ -315,6 +328,8 @@ def _chart_job(
         tag = block.tag or pinned_tag(block.digest or "")
         copy = _index(copies, _Copy(ReleaseImage(name), block.source, tag, block.digest))
         uses.append(ImageUse(block, copy, block.tag if block.tag_from_kube_version else None))
+        if block.tag_from_kube_version:
+            _warn_default_kube_version(settings, block)
     chart_version_ = version or (archive.version if archive is not None else "")
     return ChartJob(spec, chart_version_, archive, tuple(uses), tuple(unmirrored))
 
