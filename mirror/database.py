@@ -27,6 +27,7 @@ SESSION_KEEPALIVES = {
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,  # ms: data sent and not acknowledged
 }
+SQLITE_FOR_NOW = ("locked", "busy", "unable to open", "disk i/o")  # sqlite3 errors worth a retry
 SQLITE_BUSY_SECONDS = 30  # how long SQLite waits for another writer's lock
 POOL_SIZE, POOL_OVERFLOW = 4, 4
 
@@ -90,6 +91,9 @@ def unavailable(error: BaseException) -> bool:
     from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+    if isinstance(error, OperationalError) and type(error.orig).__module__ == "sqlite3":
+        # sqlite3 raises OperationalError for refused statements too ("no such table"): only these are for now
+        return any(word in str(error.orig).lower() for word in SQLITE_FOR_NOW)
     if isinstance(error, (OperationalError, InterfaceError, PoolTimeout)):
         return True
     return isinstance(error, DBAPIError) and error.connection_invalidated

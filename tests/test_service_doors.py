@@ -107,6 +107,13 @@ def junk_cases() -> list[tuple[str, bytes, dict[str, str], int]]:
         ("a delivery id of 300 characters", body({"version": VERSION}), {"X-GitHub-Delivery": "d" * 300}, 400),
         ("a delivery id with spaces", body({"version": VERSION}), {"X-GitHub-Delivery": "a b; drop"}, 400),
         ("an empty delivery id", body({"version": VERSION}), {"X-GitHub-Delivery": ""}, 400),
+        # ids mirror gives itself: a replayed body under a tick's id would answer that tick with its job
+        (
+            "a scheduled tick's id",
+            body({"version": VERSION}),
+            {"X-GitHub-Delivery": "schedule:2030-01-01T00:00:00Z"},
+            400,
+        ),
         ("an event name of 8000 characters", body({"zen": 1}), {"X-GitHub-Event": "e" * 8000}, 200),
         ("a release action of 50000 characters", body({"action": "a" * 50000, "release": {}}), {}, 200),
         ("a release action that is a list", body({"action": [[["x"]]], "release": {}}), {}, 200),

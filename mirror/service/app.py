@@ -35,7 +35,7 @@ from mirror.service.hooks import (
     check_bearer,
     check_signature,
     check_token,
-    ci_version,
+    ci_request,
     delivery_id,
     dockerhub_version,
 )
@@ -139,13 +139,13 @@ async def ci_hook(request: Request) -> Response:
         body = await read_body(request, settings.webhook.max_body)
         check_signature(settings.webhook.secret_value(), body, request.headers.get("x-hub-signature-256"))
         delivery = delivery_id(request.headers.get("x-github-delivery"))
-        version = ci_version(settings, body, request.headers.get("x-github-event"))
+        asked = ci_request(settings, body, request.headers.get("x-github-event"))
     except HookError as exc:
         return error(exc.status, str(exc))
     except HookIgnored as exc:
         log.info("webhook ignored: %s", exc)
         return JSONResponse({"ignored": str(exc)}, status_code=200)
-    return await accept(request, "ci", version, delivery)
+    return await accept(request, "ci", asked.version, asked.release_delivery or delivery)
 
 
 async def dockerhub_hook(request: Request) -> Response:

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Callable
-from typing import Any, ParamSpec
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from mirror.engine.discover import version_bearing_images, versions_in
 from mirror.reference import Repository, is_valid_tag
@@ -21,7 +21,9 @@ from mirror.settings import MirrorSettings
 from mirror.untrusted import clip, load_json
 
 P = ParamSpec("P")
+R = TypeVar("R")
 MAX_VERSION_CHARS = 128  # a release tag is far shorter; longer is refused before it is parsed
+OWN_DELIVERIES = ("schedule:", "github-release:")  # delivery ids mirror gives; never taken from a header
 MAX_DELIVERY_CHARS = 100  # GitHub's delivery ids are GUIDs (36 characters)
 _DELIVERY = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_DELIVERY_CHARS - 1}}}")
 SHOWN = 80  # characters of a header or payload field a refusal quotes
@@ -63,10 +65,12 @@ def check_bearer(expected: bytes | None, header: str | None) -> None:
 
 
 def delivery_id(header: str | None) -> str | None:
-    """`X-GitHub-Delivery`, which the signature does not cover: a short printable token, or refused."""
+    """`X-GitHub-Delivery`, which the signature does not cover: a short printable token, or refused. The ids
+    mirror makes itself (a scheduled tick's, one release's) are not a sender's to take: a signed body replayed
+    under a tick's id would answer that tick with its job, and the discovery would not run."""
     if header is None:
         return None
-    if not _DELIVERY.fullmatch(header):
+    if header.startswith(OWN_DELIVERIES) or not _DELIVERY.fullmatch(header):
         raise HookError(
             400,
             f"X-GitHub-Delivery {clip(header, SHOWN)!r}: expected 1-{MAX_DELIVERY_CHARS} letters, digits or ._:-",
@@ -74,12 +78,12 @@ def delivery_id(header: str | None) -> str | None:
     return header
 
 
-def payload_refusals(parse: Callable[P, str]) -> Callable[P, str]:
+def payload_refusals(parse: Callable[P, R]) -> Callable[P, R]:
     """Whatever a payload makes the parsing raise (a number past Python's digit limit, nesting past the
     recursion limit, a version the release module refuses) is the sender's problem: a 422, never a 500."""
 
     @functools.wraps(parse)
-    def parsed(*args: P.args, **kwargs: P.kwargs) -> str:
+    def parsed(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return parse(*args, **kwargs)
         except RecursionError:
@@ -128,8 +132,15 @@ def published_version(settings: MirrorSettings, text: Any, prerelease: bool = Fa
 PUBLISHING_ACTIONS = ("published", "released")
 
 
+class CiRequest(NamedTuple):
+    version: str
+    # one delivery id for every action GitHub sends about one release (`published` and `released` come
+    # together): the second finds the first's job rather than queueing a second run behind it
+    release_delivery: str | None = None
+
+
 @payload_refusals
-def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
+def ci_request(settings: MirrorSettings, body: bytes, event: str | None) -> CiRequest:
     """`{"version": "v2.10.0"}`, or a GitHub `release` event (`release.tag_name`) whose action is `published` or
     `released` (GitHub sends both for a release; only `released` when a pre-release is promoted to one).
     Other release actions and other GitHub events raise HookIgnored."""
@@ -142,10 +153,13 @@ def ci_version(settings: MirrorSettings, body: bytes, event: str | None) -> str:
         release = doc.get("release")
         if not isinstance(release, dict):
             raise HookError(422, "no release in the payload")
-        return published_version(settings, release.get("tag_name"), release.get("prerelease") is True)
+        version = published_version(settings, release.get("tag_name"), release.get("prerelease") is True)
+        number = release.get("id")
+        known = isinstance(number, int) and not isinstance(number, bool) and 0 < number < 2**63
+        return CiRequest(version, f"github-release:{number}" if known else None)
     if event and "version" not in doc:
         raise HookIgnored(f"event {clip(event, SHOWN)!r} asks for no release")
-    return accepted_version(settings, doc.get("version"))
+    return CiRequest(accepted_version(settings, doc.get("version")))
 
 
 @payload_refusals
