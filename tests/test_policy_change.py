@@ -215,3 +215,27 @@ def test_a_rewrite_from_before_policies_were_recorded_is_current_without_a_sourc
     with_client(target, lambda c: c.put_manifest("mirrored/hami", VERSION, older))
     assert_stateless_no_op(both, capsys, source)  # not judged: that would take the source's index and children
     assert manifest_digest(target, "mirrored/hami", VERSION) == older.digest
+
+
+def drop_manifest(registry: LocalRegistry, repository: str, digest: str) -> None:
+    """The registry loses one manifest of a repository (its link in distribution's storage), as a clean-up would."""
+    revisions = registry.storage / "docker/registry/v2/repositories" / repository / "_manifests/revisions/sha256"
+    link = revisions / digest.removeprefix("sha256:") / "link"
+    assert link.exists(), link
+    link.unlink()
+
+
+@pytest.mark.parametrize("platforms", [None, BOTH], ids=["no-filter", "filter-keeping-every-image"])
+def test_a_byte_exact_copy_missing_a_child_is_copied_again_without_state(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str], platforms: Any
+) -> None:
+    """Where the policy is judged from the copy's own tree, a copy that lost a child cannot be read whole: it is
+    copied again, as verification would have found, not failed on every run."""
+    seed_release(source)
+    config = configured(tmp_path, source, target, "policy", **({"platforms": platforms} if platforms else {}))
+    sync_copies(config, capsys)
+    drop_manifest(
+        target, "mirrored/hami", json.loads(manifest_bytes(target, "mirrored/hami", VERSION))["manifests"][0]["digest"]
+    )
+    shutil.rmtree(tmp_state(config))
+    assert sync_copies(config, capsys)["verified"] is True

@@ -36,6 +36,7 @@ class RunCache:
         self.spool = Spool(settings.spool.max_bytes, transfer.chunk_size, settings.spool.dir)
         self.blobs: dict[str, TargetBlobs] = {}
         self._trees: dict[str, asyncio.Future[ManifestTree]] = {}
+        self._held_trees: dict[tuple[str, str, str], asyncio.Future[ManifestTree]] = {}
         self._referrers: dict[ReferrerKey, asyncio.Future[Found]] = {}
         self._referrer_heads: dict[ReferrerKey, asyncio.Future[Found]] = {}
         self._anonymous: dict[str, RegistryClient] = {}
@@ -74,11 +75,13 @@ class RunCache:
         )
 
     def tree_at_target(self, ref: TargetRef, digest: str) -> asyncio.Future[ManifestTree]:
-        """A tree the target holds under the source's own digest: the same bytes as the source's (each manifest
-        checked against its digest), read there or from the kept manifests, and shared with `source_tree`."""
+        """A tree a target holds under the source's own digest, read there or from the kept manifests (each
+        manifest checked against its digest). Apart from `source_tree`: a target missing part of its copy fails
+        only its own read."""
         target, concurrency = self.clients[ref.repository.registry], self.settings.transfer.manifest_concurrency
+        key = (ref.repository.registry, ref.repository.name, digest)
         return memoised(
-            self._trees, digest, lambda: load_tree(target, ref.repository.name, digest, concurrency, self.manifests)
+            self._held_trees, key, lambda: load_tree(target, ref.repository.name, digest, concurrency, self.manifests)
         )
 
     def target_tag(self, job: ImageJob, ref: TargetRef) -> asyncio.Task[Descriptor | None]:
@@ -135,7 +138,7 @@ class RunCache:
         """Stop the shared work still under way: the run is abandoned at shutdown, or over."""
         for blobs in self.blobs.values():
             blobs.cancel_pending()
-        cancel_all(self._trees, self._referrers, self._referrer_heads)
+        cancel_all(self._trees, self._held_trees, self._referrers, self._referrer_heads)
 
     async def aclose(self) -> None:
         try:

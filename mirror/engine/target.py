@@ -152,16 +152,16 @@ class TargetStages:
         if current is None:
             return Missing()
         client, repository = self.cache.clients[ref.repository.registry], ref.repository.name
-        expected = await _expected(self.cache, job, ref, resolved, current.digest)
-        if current.digest == expected.digest:
+        judged = await _judge(self.cache, job, ref, resolved, current.digest)
+        if isinstance(judged, Holds):
             check = await self._verify(client, repository, job.tag, current.digest, resolved=current)
             if check.ok:
                 self.progress.event(f"{label}: up to date, verified ({current.digest[:19]})")
                 return Current(current.digest, check.children)
             self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
             return Missing()
-        if expected.ours:
-            self.progress.event(f"{label}: the index there is not what platforms/attestations select now; copying")
+        if isinstance(judged, Stale):
+            self.progress.event(f"{label}: {judged.reason}; copying")
             return Missing()
         if self.options.force:
             return Missing()
@@ -317,35 +317,49 @@ def _children(stats: CopyStats) -> tuple[Descriptor, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class Expected:
-    """What the target tag should point at now, and whether it points at this source's tree as mirror copies it
-    (byte for byte, or rewritten: under this policy or an earlier one) rather than at something else."""
-
-    digest: str | None  # None: the tag holds a rewrite made under another policy; nothing there is current
-    ours: bool
+class Holds:
+    """The tag holds what the target's policy builds from the source now: verified, it is current."""
 
 
-async def _expected(cache: RunCache, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: str) -> Expected:
-    """What the tag should hold under the target's `platforms:`/`attestations:` now. A rewrite records the policy
-    it was made under, so a no-op reads no tree; a byte-exact copy is read from the manifests an earlier run kept,
-    else from the target (the same bytes as the source's): neither sends the source a GET."""
-    policy = policy_text(ref.target.attestations, job.platforms_at(ref))
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """The tag holds this source as mirror copied it, but not as the policy builds it now: copied again."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Foreign:
+    """The tag holds something else: drift, overwritten only with --force."""
+
+
+Judgement = Holds | Stale | Foreign
+OTHER_POLICY = "the index there is not what platforms/attestations select now"
+
+
+async def _judge(cache: RunCache, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: str) -> Judgement:
+    """What the target tag holds, against what the target's `platforms:`/`attestations:` build now. A rewrite
+    records the policy it was made under, so a no-op reads no tree; a byte-exact copy is read from the manifests
+    an earlier run kept, else from the target (the same bytes as the source's): neither sends the source a GET."""
     if current == resolved.digest:
         if _keeps_every_entry(job, ref, resolved):
-            return Expected(current, ours=True)
-        held = await asyncio.shield(cache.tree_at_target(ref, current))
+            return Holds()
+        try:
+            held = await asyncio.shield(cache.tree_at_target(ref, current))
+        except MirrorError as exc:
+            return Stale(f"the copy there cannot be read ({exc})")
         built, _ = apply_policy(held, ref.target.attestations, job.platforms_at(ref))
-        return Expected(built.digest, ours=True)
+        return Holds() if built.digest == current else Stale(OTHER_POLICY)
     client = cache.clients[ref.repository.registry]
     index = await manifest_by_digest(client, ref.repository.name, current, cache.manifests)
     if source_digest_of(index) != resolved.digest:
-        return Expected(resolved.digest, ours=False)
+        return Foreign()
     recorded = policy_of(index)
-    if recorded is None:  # made before rewrites recorded their policy: checked where the source tree is kept
+    if recorded is None:  # made before rewrites recorded their policy: judged where the source tree is kept
         source = known_tree(cache.manifests, resolved.digest)
-        current_policy = source is None or _selects_as_held(source, index, ref, job)
-        return Expected(current if current_policy else None, ours=True)
-    return Expected(current if recorded == policy else None, ours=True)
+        as_held = source is None or _selects_as_held(source, index, ref, job)
+        return Holds() if as_held else Stale(OTHER_POLICY)
+    return Holds() if recorded == policy_text(ref.target.attestations, job.platforms_at(ref)) else Stale(OTHER_POLICY)
 
 
 def _keeps_every_entry(job: ImageJob, ref: TargetRef, resolved: Descriptor) -> bool:
