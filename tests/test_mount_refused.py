@@ -71,7 +71,25 @@ def test_a_mount_without_pull_on_its_source_falls_back_to_an_upload(
     assert refused.path.split("mount=", 1)[1].split("&", 1)[0] in set(world.hami.blobs) | set(world.certgen.blobs)
 
 
-@pytest.mark.parametrize(("status", "code"), [(403, "DENIED"), (404, "NAME_UNKNOWN")])
+def test_a_guess_that_is_not_there_ends_the_guesses_not_the_mounts(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    """A guessed source answered 404 (its repository not made yet): no more guesses, but a blob the run put into
+    one repository is still mounted into the next rather than uploaded again."""
+    hami, certgen = seed_release(source)
+    refusal = Fault("status", method="POST", path=r"mount=", status=404, code="NAME_UNKNOWN", count=1)
+    target_proxy.add(refusal)
+
+    assert sync(tmp_path, source, target_proxy) == 0
+
+    assert refusal.applied == 1
+    after = [e.status for e in mount_attempts(target.access_log())]
+    assert after and set(after) == {201}, after  # only known sources: the shared layer, mounted
+    assert all(blob_exists(target, "mirrored/kube-webhook-certgen", digest) for digest in certgen.blobs)
+    assert all(blob_exists(target, "mirrored/hami", digest) for digest in hami.blobs)
+
+
+@pytest.mark.parametrize(("status", "code"), [(403, "DENIED"), (401, "UNAUTHORIZED")])
 def test_a_mount_the_registry_refuses_falls_back_to_an_upload(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy, status: int, code: str
 ) -> None:

@@ -46,10 +46,12 @@ class BlobOutcome(enum.StrEnum):
 class MountGate:
     """Whether a target registry takes cross-repository mounts, learned from the first mount it answers. Until
     then the mounts wait their turn: a run starts many uploads at once, and each would try what the first may
-    find refused. Once one is refused (no pull on the source repository, which is often a guess: 401
-    insufficient_scope; 403; 404; any answer but a passing failure), none is tried again in the run."""
+    find refused. Once one is refused (no pull on the source repository: 401 insufficient_scope; 403; any answer
+    but a passing failure), none is tried again in the run; a guessed source answered 404 (not there yet) ends
+    only the guesses: repositories known to hold a blob are still mounted from."""
 
     refused: bool = False
+    guessing: bool = True
     answered: bool = False
     _first: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -65,7 +67,10 @@ class MountGate:
                     return
         yield not self.refused
 
-    def refuse(self, host: str, refusal: RegistryError) -> None:
+    def refuse(self, host: str, refusal: RegistryError, guessed: bool) -> None:
+        if guessed and refusal.status == 404:
+            self.guessing = False
+            return
         if not self.refused:
             log.info("%s refused a blob mount (%s): ordinary uploads there for the rest of the run", host, refusal)
         self.refused = True
@@ -116,12 +121,14 @@ class TargetBlobs:
     def mount_source(self, repository: str, digest: str) -> str | None:
         """Another repository here known to hold the blob, or failing that one of the run's repositories
         that may (a mount from one that lacks it costs nothing: the registry starts an ordinary upload instead);
-        None once the registry refused a mount."""
+        None once the registry refused a mount (a guess, once it refused one)."""
         if self.mounts.refused:
             return None
         known = sorted(self._present.get(digest, set()) - {repository})
         if known:
             return known[0]
+        if not self.mounts.guessing:
+            return None
         guesses = sorted(self.repositories - {repository})
         return guesses[0] if guesses else None
 
@@ -213,18 +220,19 @@ class _BlobTransfer:
     async def _start_session(self) -> UploadSession | None:
         """A new upload session, or None when the registry mounted the blob from another repository here. A
         mount the registry refuses is followed by an ordinary session (as Docker's pusher does), and ends the
-        mounts at this registry for the run."""
+        mounts (or, for a guess not there, the guesses) at this registry for the run."""
         blob, repository, mounts = self.upload.blob, self.repository, self.blobs.mounts
-        source = self.blobs.mount_source(repository, blob.digest)
-        if source is not None:
+        if self.blobs.mount_source(repository, blob.digest) is not None:
             async with mounts.turn() as allowed:
-                if allowed:
+                # asked again after the wait: the first mount's answer may have ended the guesses, or the mounts
+                source = self.blobs.mount_source(repository, blob.digest) if allowed else None
+                if source is not None:
                     try:
                         return await self.client.start_upload(repository, blob.digest, source)
                     except RegistryError as refusal:
                         if refusal.transient:
                             raise
-                        mounts.refuse(self.client.host, refusal)
+                        mounts.refuse(self.client.host, refusal, not self.blobs.known_present(source, blob.digest))
         return await self._ordinary_session()
 
     async def _ordinary_session(self) -> UploadSession:

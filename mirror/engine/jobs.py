@@ -201,7 +201,9 @@ def build_release_jobs(
     charts = charts or InstallCharts()
     normalised = check_versions(settings, versions)
     targets = select_targets(settings, target_names)
-    return [_release_job(settings, version, targets, charts) for version in normalised]
+    jobs = [_release_job(settings, version, targets, charts) for version in normalised]
+    _warn_default_kube_version(settings, jobs)
+    return jobs
 
 
 def _release_job(
@@ -279,16 +281,19 @@ def _warn_values_near_misses(spec: ChartSpec, archive: ChartArchive | None) -> N
         log.warning("%s: %s is not a key of %s's values: did you mean %s?", setting, path, chart, meant)
 
 
-def _warn_default_kube_version(settings: MirrorSettings, block: ImageBlock) -> None:
+def _warn_default_kube_version(settings: MirrorSettings, jobs: list[ReleaseJob]) -> None:
     """A copy tagged with the cluster's Kubernetes version (kube-scheduler's) pins the values to it: the default
     version may be far from the cluster's own, and a scheduler minor versions behind its API server is outside
-    Kubernetes' version skew policy."""
-    if settings.chart is not None and "kube_version" not in settings.chart.model_fields_set:
+    Kubernetes' version skew policy. Said once per run, however many releases it has."""
+    if settings.chart is None or "kube_version" in settings.chart.model_fields_set:
+        return
+    uses = [use for job in jobs for chart in job.charts for use in chart.uses]
+    for key, tag in sorted({(use.block.key, use.block.tag) for use in uses if use.block.tag_from_kube_version}):
         log.warning(
             "chart.kube_version is not set: %s is pinned to %s, the default; set it to your cluster's version "
             "(kubectl version), or leave the image where it is (chart.mirror_acr_images: false)",
-            block.key,
-            block.tag,
+            key,
+            tag,
         )
 
 
@@ -328,8 +333,6 @@ def _chart_job(
         tag = block.tag or pinned_tag(block.digest or "")
         copy = _index(copies, _Copy(ReleaseImage(name), block.source, tag, block.digest))
         uses.append(ImageUse(block, copy, block.tag if block.tag_from_kube_version else None))
-        if block.tag_from_kube_version:
-            _warn_default_kube_version(settings, block)
     chart_version_ = version or (archive.version if archive is not None else "")
     return ChartJob(spec, chart_version_, archive, tuple(uses), tuple(unmirrored))
 
