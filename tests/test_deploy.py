@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,12 +209,28 @@ def test_the_cronjob_and_the_service_never_discover_at_once() -> None:
     assert all(min(s - c for s in fires[1] if s > c) > deadline for c in fires[0])
 
 
+def assert_liveness_reads_the_heartbeat(container: dict[str, Any]) -> None:
+    """The liveness probe's own command, run by this machine's sh, date and stat (the image's are Debian's too):
+    it passes on the file the service touches, and fails on a stale one or none (mirror/service/heartbeat.py)."""
+    (variable,) = [e for e in container["env"] if e["name"] == "MIRROR_SERVICE__HEARTBEAT_FILE"]
+    command = container["livenessProbe"]["exec"]["command"]
+    assert variable["value"] in command[-1]
+    with tempfile.TemporaryDirectory() as scratch:
+        alive = Path(scratch) / "alive"
+        probe = [*command[:-1], command[-1].replace(variable["value"], str(alive))]
+        assert subprocess.run(probe, capture_output=True, check=False).returncode != 0  # not written yet
+        alive.touch()
+        assert subprocess.run(probe, capture_output=True, check=False).returncode == 0
+        os.utime(alive, (time.time() - 120, time.time() - 120))
+        assert subprocess.run(probe, capture_output=True, check=False).returncode != 0
+
+
 def test_the_service_is_probed_and_kept_to_one_replica() -> None:
     docs = dict((doc["kind"], doc) for _, doc in manifests())
     deployment = docs["Deployment"]["spec"]
     assert deployment["replicas"] == 1 and deployment["strategy"]["type"] == "Recreate"
     (container,) = deployment["template"]["spec"]["containers"]
-    assert container["livenessProbe"]["tcpSocket"]["port"] == "http"  # tests/test_service_doors.py says why
+    assert_liveness_reads_the_heartbeat(container)
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     cron = docs["CronJob"]["spec"]
     assert cron["concurrencyPolicy"] == "Forbid" and cron["jobTemplate"]["spec"]["activeDeadlineSeconds"] > 0

@@ -28,6 +28,7 @@ from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.ports import free_port
 from mirror.service.store import MAX_ERROR_CHARS, SUCCEEDED, JobStore, UnknownJob, jobs
 from tests.support import run_bounded, write_config
+from tests.test_crash import wait_for
 from tests.test_service import API_TOKEN, AUTH, DOCKERHUB_TOKEN, SECRET, Service, service_config
 from tests.test_sync import VERSION, seed_release
 
@@ -348,17 +349,18 @@ def test_headers_over_the_limit_are_refused(fast_doors: Service) -> None:
 
 
 def test_connections_past_max_connections_are_answered_503(tmp_path: Path) -> None:
-    patient = {"max_connections": 2, "header_seconds": 60, "keepalive_seconds": 60}
+    alive = tmp_path / "alive"
+    patient = {"max_connections": 2, "header_seconds": 60, "keepalive_seconds": 60, "heartbeat_file": str(alive)}
     with running(nowhere_config(tmp_path, service=patient)) as service:
         with connect(service) as first, connect(service) as second:
             assert keep_alive_get(first).startswith(b"HTTP/1.1 200 ")
             assert keep_alive_get(second).startswith(b"HTTP/1.1 200 ")
             crowded = httpx.get(f"{service.url}/healthz", timeout=10)
             assert crowded.status_code == 503, crowded.text
-            # so the Deployment's liveness probe is a TCP connect, which a crowd does not fail (kubelet would
-            # otherwise restart the pod, and its running job with it, for anyone holding the connections)
-            with connect(service):
-                pass
+            # so the Deployment's liveness probe reads the heartbeat file instead, which a crowd does not stop
+            # (kubelet would otherwise restart the pod, and its running job with it, for anyone holding them)
+            touched = alive.stat().st_mtime
+            wait_for(lambda: alive.stat().st_mtime > touched, seconds=BOUND)
             time.sleep(8)  # past uvicorn's own keep-alive default (5 s), well within keepalive_seconds (60 s)
             assert keep_alive_get(first).startswith(b"HTTP/1.1 200 ")
         deadline = time.monotonic() + BOUND  # the two closed: served again

@@ -29,6 +29,7 @@ from starlette.routing import Route
 from mirror import database
 from mirror.registry.proxy import ProxySettingError, environment_proxies
 from mirror.service import logs, page
+from mirror.service.heartbeat import beat
 from mirror.service.hooks import (
     HookError,
     HookIgnored,
@@ -323,9 +324,13 @@ def create_app(settings: MirrorSettings) -> Starlette:
         app.state.runner.start()
         scheduled = functools.partial(queue_discovery, app)
         app.state.scheduler = start_scheduler(settings.schedule, scheduled) if settings.schedule else None
+        alive = settings.service.heartbeat_file
+        heartbeat = asyncio.ensure_future(beat(alive)) if alive is not None else None
         try:
             yield
         finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
             if app.state.scheduler is not None:
                 app.state.scheduler.shutdown(wait=False)
             await app.state.runner.stop(settings.shutdown_grace)

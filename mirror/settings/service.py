@@ -116,6 +116,8 @@ class ServiceSettings(Section):
     # the status page's session cookie is Secure: when the request came over https (auto: uvicorn believes a
     # proxy's X-Forwarded-Proto only from loopback), always (behind an ingress that terminates TLS), or never
     secure_cookie: Literal["auto", "always", "never"] = "auto"
+    # touched every few seconds while the service runs: a liveness probe reads its age (deploy/base)
+    heartbeat_file: Path | None = None
 
     _strong = strong_secrets("api_token")
     _one_token = inline_or_file("service api token", "api_token")
