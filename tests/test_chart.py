@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import io
 import random
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,6 +210,27 @@ def test_where_the_target_refuses_the_chart_the_tgz_goes_beside_the_values(
     assert "refused the chart artifact" in values_entry["chart_note"] and "manifest class" in values_entry["chart_note"]
     assert manifest_digest(acr_like, "mirrored/hami", "2.10.0") is None
     assert values_entry["proof"]["ok"] is True
+
+
+def test_a_refused_chart_comes_back_out_of_a_cronjobs_log(
+    tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, repository: ChartRepository
+) -> None:
+    """A CronJob's pod and the .tgz written beside its values are gone when the run ends: `--print-files` prints
+    the archive too, base64, and the README's one-liner with `base64 -d` takes it back out of the log."""
+    seed_chart_images(source)
+    config = chart_config(tmp_path, source, acr_like, {"repository": repository.url})
+    done = subprocess.run(
+        [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config), "--print-files"],
+        cwd=Path(__file__).parents[1],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # as `kubectl logs` shows a container's output
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout.decode()
+    program = "/^<== /{f=0} f; /^==> .*\\/hami-2.10.0.tgz.base64 <==$/{f=1}"
+    encoded = subprocess.run(["awk", program], input=done.stdout, capture_output=True, check=True).stdout
+    archive = subprocess.run(["base64", "-d"], input=encoded, capture_output=True, check=True).stdout
+    assert archive == repository.charts["hami-2.10.0.tgz"]
 
 
 def test_the_chart_can_come_from_an_oci_registry(

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import logging
 import signal
 import sys
+from pathlib import Path
 
 from mirror.chart.proof import Proof
 from mirror.engine.shutdown import SIGTERM, Shutdown
@@ -85,12 +87,16 @@ def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None
 
 def print_files(results: list[ReleaseResult]) -> None:
     """Each values file and RBAC file the run wrote, whole, between markers naming it: a CronJob's pod and its
-    files are gone when the run ends, its log is what stays (`kubectl logs`)."""
+    files are gone when the run ends, its log is what stays (`kubectl logs`). A chart the target refused, written
+    beside its values for `helm install` to take, is printed too, base64 (`<name>.tgz.base64`)."""
     for release in results:
         for values in release.values:
             files = [(values.path, values.text)]
             if values.rbac_path is not None:
                 files.append((values.rbac_path, values.rbac_path.read_text(encoding="utf-8")))
+            if values.chart.endswith(".tgz"):
+                archive = Path(values.chart)
+                files.append((Path(f"{archive}.base64"), base64.encodebytes(archive.read_bytes()).decode()))
             for path, text in files:
                 body = text if text.endswith("\n") else text + "\n"
                 print(f"==> {path} <==\n{body}<== {path} ==>")
