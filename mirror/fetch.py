@@ -38,18 +38,23 @@ def http_client(
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True, headers=headers)
 
 
-async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:
+async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str, *, stored: bool = False) -> bytes:
     """GET `url` (200 only), refusing a body over `limit` bytes whether declared or streamed. A refusal shows no
     credentials the URL carries (`https://user:token@host/...`), in `what`, the URL or httpx's own words: each
-    is cleaned before it is clipped, which could cut a URL's `://` from its `@`."""
+    is cleaned before it is clipped, which could cut a URL's `://` from its `@`.
+
+    With `stored`, the bytes as the server stores them (a chart archive, whose digest is over them): asked for
+    without transport coding, and read raw whatever Content-Encoding the answer names, as Helm's getter reads
+    them (a storage host labelling a stored .tgz `Content-Encoding: gzip` would otherwise have it unpacked)."""
     what, shown = without_userinfo(what), clip(without_userinfo(url), 200)
+    headers = {"Accept-Encoding": "identity"} if stored else None
     try:
         address, auth = _credentials_apart(url)
-        async with client.stream("GET", address, auth=auth) as response:
+        async with client.stream("GET", address, auth=auth, headers=headers) as response:
             if response.status_code != 200:
                 raise FetchError(f"{what}: GET {shown} answered {response.status_code}")
             try:
-                return await read_limited(response, limit)
+                return await read_limited(response, limit, raw=stored)
             except BodyTooLarge as exc:
                 raise FetchError(f"{what}: {shown} is {exc}") from None
     except (httpx.HTTPError, httpx.InvalidURL) as exc:

@@ -74,9 +74,9 @@ def http_client(limits: FetchLimits) -> httpx.AsyncClient:
     return fetch.http_client(limits.timeout, limits.retry, limits.deadline, limits.min_rate)
 
 
-async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:
+async def read_capped(client: httpx.AsyncClient, url: str, limit: int, what: str, *, stored: bool = False) -> bytes:
     try:
-        return await fetch.read_capped(client, url, limit, what)
+        return await fetch.read_capped(client, url, limit, what, stored=stored)
     except fetch.FetchError as exc:
         raise ChartError(clip(str(exc), 600)) from None
 
@@ -160,7 +160,7 @@ async def _fetch_classic(
     digest = entry.get("digest")
     if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdefABCDEF" for c in digest):
         raise ChartError(f"{where}: the index gives no sha256 digest for it (digest is not 64 hex digits)")
-    raw = await read_capped(client, url, limits.max_bytes, where)
+    raw = await read_capped(client, url, limits.max_bytes, where, stored=True)
     actual = hashlib.sha256(raw).hexdigest()
     if actual != digest.lower():
         raise ChartError(f"{where}: {clip(without_userinfo(url))} has sha256 {actual}, the index says {digest}")
@@ -168,7 +168,8 @@ async def _fetch_classic(
 
 
 def _download_url(location: ChartLocation, entry: dict[str, Any], where: str) -> str:
-    """The entry's first URL, relative to the repository or absolute, as Helm takes it."""
+    """The entry's first URL, relative to the repository or absolute, as Helm takes it; with the repository's
+    login where it is on the repository's own origin."""
     urls = entry.get("urls")
     if not isinstance(urls, list) or not urls or not isinstance(urls[0], str) or not urls[0].strip():
         raise ChartError(f"{where}: the index gives no download URL for it (urls is not a list of URLs)")
@@ -182,7 +183,18 @@ def _download_url(location: ChartLocation, entry: dict[str, Any], where: str) ->
         raise ChartError(f"{where}: the index's download URL {shown!r} is not a URL: {reason}") from None
     if url.scheme not in ("http", "https"):
         raise ChartError(f"{where}: the index's download URL {shown!r} is not http or https")
-    return str(url)
+    return str(_with_repository_login(url, httpx.URL(location.repository)))
+
+
+def _with_repository_login(url: httpx.URL, repository: httpx.URL) -> httpx.URL:
+    """`url` with the repository's login when it has the repository's scheme, host and port, as Helm sends it
+    (ChartMuseum's --chart-url writes absolute URLs on its own host); never to another host. A URL carrying a
+    login of its own keeps it."""
+    if url.userinfo or not repository.userinfo:
+        return url
+    if (url.scheme, url.host, url.port) != (repository.scheme, repository.host, repository.port):
+        return url
+    return url.copy_with(userinfo=repository.userinfo)
 
 
 async def _fetch_oci(
