@@ -87,6 +87,16 @@ def test_password_is_secret(tmp_path: Path) -> None:
             "registries.r.example.plain_htp: Extra inputs are not permitted; did you mean plain_http?",
         ),
         (lambda d: d["targets"].append(dict(d["targets"][0])), "duplicate name(s) hz"),
+        # names `uname -m` gives, which no index uses: the filter would silently keep nothing of that platform
+        (
+            lambda d: d["targets"][0].update(platforms=["linux/x86_64"]),
+            "targets.0.platforms.0: Value error, 'linux/x86_64': OCI indexes name that architecture amd64: linux/amd64",
+        ),
+        (
+            lambda d: d["targets"][0].update(platforms=["linux/aarch64"]),
+            "OCI indexes name that architecture arm64: linux/arm64",
+        ),
+        (lambda d: d["targets"][0].update(platforms=["linux/arm64/8"]), "a variant is written v8: linux/arm64/v8"),
         (lambda d: d.update(transfer={"blob_concurrency": 0}), "transfer.blob_concurrency"),
         (
             lambda d: d.update(transfer={"blob_concurrency": 10}),

@@ -43,8 +43,24 @@ def shown(value: object) -> str:
     return clip(repr(value), SHOWN_VALUE)
 
 
+# Architecture names of `uname -m` and Debian that OCI indexes never use: a filter naming one matches nothing
+_NOT_OCI_ARCHITECTURES = {
+    "x86_64": "amd64",
+    "x86-64": "amd64",
+    "aarch64": "arm64",
+    "armhf": "arm/v7",
+    "armel": "arm/v6",
+    "i386": "386",
+    "i686": "386",
+}
+
+
 def _platform(value: str) -> str:
     parts = value.split("/")
+    if len(parts) >= 2 and (oci := _NOT_OCI_ARCHITECTURES.get(parts[1].lower())):
+        raise ValueError(f"{shown(value)}: OCI indexes name that architecture {oci}: {parts[0]}/{oci}")
+    if len(parts) == 3 and parts[2].isdigit():
+        raise ValueError(f"{shown(value)}: a variant is written v{parts[2]}: {parts[0]}/{parts[1]}/v{parts[2]}")
     if not 2 <= len(parts) <= 3 or not all(p and p.replace("_", "").isalnum() for p in parts):
         raise ValueError(f"{shown(value)} is not a platform like linux/amd64 or linux/arm64/v8")
     return value
