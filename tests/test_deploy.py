@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from mirror.cli import build_parser
+from mirror.commands.sync import EXIT_FAILED
 from mirror.service.hooks import check_signature
 from mirror.settings import load_settings
 
@@ -234,6 +235,15 @@ def test_the_service_is_probed_and_kept_to_one_replica() -> None:
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     cron = docs["CronJob"]["spec"]
     assert cron["concurrencyPolicy"] == "Forbid" and cron["jobTemplate"]["spec"]["activeDeadlineSeconds"] > 0
+    # a run that failed (said, and posted) or was given bad input is not run again by Kubernetes: the channel
+    # would hear it three times a schedule; a pod killed from outside is
+    (mirror,) = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    rules = cron["jobTemplate"]["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": mirror["name"], "operator": "In", "values": [EXIT_FAILED, 2]},
+    }
+    assert rules[1]["action"] == "Ignore" and rules[1]["onPodConditions"] == [{"type": "DisruptionTarget"}]
     policy = docs["NetworkPolicy"]["spec"]
     assert {p["port"] for rule in policy["egress"] for p in rule["ports"]} == {53, 443}
     assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == [8080]

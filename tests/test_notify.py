@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -103,6 +105,32 @@ def test_a_release_landing_posts_one_signed_message_per_channel_and_a_no_op_post
 
     assert main(["sync", VERSION, "--config", str(config), "--notify"]) == 0  # nothing changed: nothing said
     assert all(len(each.received) == 1 for each in receivers.values())
+
+
+def test_verbose_request_lines_keep_the_webhooks_secrets_out(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    receivers: dict[str, Receiver],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`-v` logs each request httpx sends; a webhook's URL is its secret (a token in the query or the path)."""
+    seed_release(source)
+    notify = {"channels": channels(monkeypatch, tmp_path, receivers)}
+    config = write_config(tmp_path / "mirror.yaml", source, [target], notify=notify)
+    handler = logging.StreamHandler(sys.stderr)  # as basicConfig would, were pytest's own not installed already
+    logging.getLogger().addHandler(handler)
+    try:
+        assert main(["sync", VERSION, "--config", str(config), "--notify", "-v"]) == 0
+    finally:
+        logging.getLogger().removeHandler(handler)
+    err = capsys.readouterr().err
+    assert f"HTTP Request: HEAD http://{source.host}/v2/projecthami/hami/manifests/{VERSION}" in err, err[:2000]
+    assert all(len(each.received) == 1 for each in receivers.values())
+    for kind, each in receivers.items():
+        origin = each.url.split("/", 3)[2]
+        assert token_of(kind) not in err and f"HTTP Request: POST http://{origin}/... " in err, kind
 
 
 def test_a_hand_run_is_silent_unless_asked(
@@ -284,7 +312,11 @@ def test_the_cronjobs_discovery_posts_a_new_release_once_and_a_failing_run_its_r
 
         target.stop()  # the next run cannot reach the target
         assert main(["sync", "--discover", "--config", str(config)]) == 1
-    assert len(slack.received) == 2
+        source.stop()  # and the next not even the source: the run stops before any release
+        assert main(["sync", "--discover", "--config", str(config)]) == 1
+    assert len(slack.received) == 3
+    stopped = slack.received[2].text()
+    assert "discovery FAILED: run -> mirror sync" in stopped and "discovery failed: list tags" in stopped, stopped
     failed = slack.received[1].text()  # one message for the run, each failure a line
     assert f"{VERSION} FAILED: hami -> t0 and 1 more" in failed
     assert f"hami -> t0: resolve {target.host}/mirrored/hami:{VERSION}: registry unreachable" in failed

@@ -28,12 +28,15 @@ MAX_LINE = 1000
 def run(args: argparse.Namespace) -> int:
     _configure_logging(args.verbose)
     shutdown = Shutdown()
+    settings: MirrorSettings | None = None
     try:
         settings = load_settings(args.config)
         options = SyncOptions(tuple(args.target), args.dry_run, args.deep, args.force)
         results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
     except MirrorError as exc:  # nothing was written; bad input exits 2 with nothing sent
         say(exc)
+        if settings is not None and settings.notify.channels and (args.discover or args.notify):
+            tell_on_call_stopped(settings, args.versions, exc)
         return _stopped(1) if shutdown.reason == SIGTERM else exc.exit_code
     except KeyboardInterrupt:
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
@@ -83,6 +86,16 @@ def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None
     events = events_of(results)
     if events:
         asyncio.run(notify(settings.notify, events))
+
+
+def tell_on_call_stopped(settings: MirrorSettings, versions: list[str], stopped: MirrorError) -> None:
+    """A run that stopped before any release's result (discovery failed, a login refused, the output not
+    writable) as one failure message: a CronJob's failing runs would otherwise say nothing to the channel."""
+    from mirror.notify.events import Failed, Failure
+    from mirror.notify.send import notify
+
+    failure = Failure("run", "mirror sync", str(stopped))
+    asyncio.run(notify(settings.notify, [Failed(", ".join(versions) or "discovery", (failure,))]))
 
 
 def print_files(results: list[ReleaseResult]) -> None:
@@ -162,3 +175,7 @@ def _configure_logging(verbose: bool) -> None:
     if not verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("httpcore").setLevel(logging.WARNING)
+        return
+    from mirror.verbose import show_requests
+
+    show_requests()
