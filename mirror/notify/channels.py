@@ -14,6 +14,9 @@ gets it as plain text in its own format (`Style`), around mirror's own words and
 channel, hide a link behind a label or break out of mirror's bold headline or code span. The generic webhook's
 JSON keeps each value exactly.
 
+Each chat's text is kept under its platform's limit (`TEXT_LIMITS`): past it, whole lines are dropped from the
+end and one line says how many; the headline always stays. The generic webhook's JSON carries everything.
+
 DingTalk, Feishu and WeCom answer 200 with an error code in the body when they refuse: `refusal` reads it."""
 
 from __future__ import annotations
@@ -92,6 +95,13 @@ def feishu_value(text: str) -> str:
     return _one_line(text).translate(_FEISHU_LOOKALIKES)
 
 
+# The most text a chat takes in one message, in UTF-8 bytes as the text travels in the JSON body (escapes and the
+# look-alikes' extra bytes count). WeCom's markdown `content`: 4096 bytes; DingTalk's markdown `text`: 20000; Feishu:
+# 20 KB for the whole request body, whose envelope around the text is under 200 bytes; Slack's `text`: 40000
+# characters, kept well under so that a message stays readable. A post over its limit is refused with a 200 and an
+# error code, which is not retried: the message would be lost.
+TEXT_LIMITS = {"wecom": 4096, "dingtalk": 20000, "feishu": 20000, "slack": 12000}
+
 PLAIN = Style(_as_is, _as_is)
 SLACK = Style(slack_value, slack_value)
 MARKDOWN = Style(markdown_value, lambda line: f"`{markdown_value(line)}`")
@@ -133,25 +143,52 @@ def post_for(kind: str, url: str, secret: str | None, event: Event, now: float) 
     if kind == "dingtalk":
         timestamp = str(int(now * 1000))
         signed = f"{url}{'&' if '?' in url else '?'}timestamp={timestamp}&sign={dingtalk_sign(secret or '', timestamp)}"
-        message = {"title": headline(event, MARKDOWN), "text": _markdown(event)}
+        message = {"title": headline(event, MARKDOWN), "text": _markdown(event, TEXT_LIMITS[kind])}
         return Post(signed, _json({"msgtype": "markdown", "markdown": message}), json_headers)
     if kind == "feishu":
         timestamp = str(int(now))
         body = {"timestamp": timestamp, "sign": feishu_sign(secret or "", timestamp), "msg_type": "text"}
-        return Post(url, _json({**body, "content": {"text": _text(event, FEISHU)}}), json_headers)
+        return Post(url, _json({**body, "content": {"text": _text(event, FEISHU, TEXT_LIMITS[kind])}}), json_headers)
     if kind == "wecom":
-        return Post(url, _json({"msgtype": "markdown", "markdown": {"content": _markdown(event)}}), json_headers)
+        content = _markdown(event, TEXT_LIMITS[kind])
+        return Post(url, _json({"msgtype": "markdown", "markdown": {"content": content}}), json_headers)
     if kind == "slack":
-        return Post(url, _json({"text": _text(event, SLACK)}), json_headers)
+        return Post(url, _json({"text": _text(event, SLACK, TEXT_LIMITS[kind])}), json_headers)
     return _webhook(url, secret or "", event, now)
 
 
-def _text(event: Event, style: Style) -> str:
-    return "\n".join([headline(event, style), *lines(event, style)])
+def _text(event: Event, style: Style, limit: int | None = None) -> str:
+    return fitted([headline(event, style), *lines(event, style)], "\n", limit)
 
 
-def _markdown(event: Event) -> str:
-    return "\n\n".join([f"**{headline(event, MARKDOWN)}**", *lines(event, MARKDOWN)])
+def _markdown(event: Event, limit: int) -> str:
+    return fitted([f"**{headline(event, MARKDOWN)}**", *lines(event, MARKDOWN)], "\n\n", limit)
+
+
+def fitted(parts: list[str], separator: str, limit: int | None) -> str:
+    """`parts` joined by `separator`, within `limit` bytes (`_weight`) where one is given: past it, whole parts are
+    dropped from the end and one part says how many. The first part, the headline, always stays."""
+    whole = separator.join(parts)
+    if limit is None or _weight(whole) <= limit:
+        return whole
+    headline_part, *rest = parts
+    kept, used, step = [headline_part], _weight(headline_part), _weight(separator)
+    for index, part in enumerate(rest):
+        with_part = used + step + _weight(part)
+        if with_part + step + _weight(_more(len(rest) - index - 1)) > limit:
+            break
+        kept.append(part)
+        used = with_part
+    return separator.join([*kept, _more(len(rest) - len(kept) + 1)])
+
+
+def _more(count: int) -> str:
+    return f"... and {count} more"
+
+
+def _weight(text: str) -> int:
+    """`text`'s size in UTF-8 bytes as it travels in a JSON string: what a platform's limit counts, or more."""
+    return len(json.dumps(text, ensure_ascii=False).encode()) - 2
 
 
 def dingtalk_sign(secret: str, timestamp: str) -> str:
@@ -170,7 +207,10 @@ def webhook_signature(secret: str, timestamp: str, body: bytes) -> str:
 
 def _webhook(url: str, secret: str, event: Event, now: float) -> Post:
     timestamp = str(int(now))
-    body = _json({"event": event.kind, **dataclasses.asdict(event), "text": _text(event, PLAIN)})
+    # `release` names every release the event concerns, comma-separated (drift: `releases` lists them too)
+    body = _json(
+        {"event": event.kind, "release": event.release, **dataclasses.asdict(event), "text": _text(event, PLAIN)}
+    )
     headers = {
         "Content-Type": "application/json",
         "X-Mirror-Event": event.kind,

@@ -1,8 +1,10 @@
 """What in a run is worth a message: a release newly mirrored to a target (with its values and the `helm upgrade`
-line), a failure (what, where, why) and drift. A run that changed nothing has no events."""
+line), a failure (what, where, why) and drift (once per image, target and reason, naming every release it concerns:
+releases share images). A run that changed nothing has no events."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from mirror.engine.outcomes import Copied, Drift
@@ -44,27 +46,32 @@ class Failed:
 
 @dataclass(frozen=True, slots=True)
 class Drifted:
-    """A target's tag that points at another digest than the source's, left alone."""
+    """A target's tag that points at another digest than the source's, left alone: one event however many of the
+    run's releases use the image."""
 
-    release: str
+    releases: tuple[str, ...]  # in the run's order
     image: str
     target: str
     reason: str
 
     kind = "drift"
 
+    @property
+    def release(self) -> str:
+        return ", ".join(self.releases)
+
 
 Event = Mirrored | Failed | Drifted
 
 
 def events_of(results: list[ReleaseResult], values_link: str | None = None) -> list[Event]:
-    """The run's events, releases in order. `values_link` (the service's job URL) stands for the values paths."""
+    """The run's events, releases in order, then its drift. `values_link` (the service's job URL) stands for the
+    values paths."""
+    releases = [release for release in results if not release.dry_run]
     events: list[Event] = []
-    for release in results:
-        if release.dry_run:
-            continue
-        events += _mirrored(release, values_link) + _failed(release) + _drifted(release)
-    return events
+    for release in releases:
+        events += _mirrored(release, values_link) + _failed(release)
+    return events + _drifted(releases)
 
 
 def _mirrored(release: ReleaseResult, values_link: str | None) -> list[Event]:
@@ -98,16 +105,23 @@ def _failed(release: ReleaseResult) -> list[Event]:
     return [Failed(release.version, tuple(failures))] if failures else []
 
 
-def _drifted(release: ReleaseResult) -> list[Event]:
-    return [
-        Drifted(release.version, image.name, target.target, target.outcome.reason)
-        for image in release.images
-        for target in image.targets
-        if isinstance(target.outcome, Drift)
-    ]
+def _drifted(releases: list[ReleaseResult]) -> list[Event]:
+    """One event per image, target and reason: an image shared by several releases drifts once, not once each."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for release in releases:
+        for image in release.images:
+            for target in image.targets:
+                if isinstance(target.outcome, Drift):
+                    concerned = found.setdefault((image.name, target.target, target.outcome.reason), [])
+                    if release.version not in concerned:
+                        concerned.append(release.version)
+    return [Drifted(tuple(versions), image, target, reason) for (image, target, reason), versions in found.items()]
+
+
+# `helm install` as the line's command, or as one after `&&` (a private target's line logs in to it first)
+_HELM_INSTALL = re.compile(r"(^|&& )helm install ")
 
 
 def upgrade_line(helm_install: str) -> str:
     """`helm install NAME CHART ...` as the upgrade people run on a cluster that has the release already."""
-    prefix = "helm install "
-    return "helm upgrade --install " + helm_install[len(prefix) :] if helm_install.startswith(prefix) else helm_install
+    return _HELM_INSTALL.sub(r"\1helm upgrade --install ", helm_install)
