@@ -71,6 +71,12 @@ def channels(
     return made
 
 
+def release_to_land(tmp_path: Path, source: LocalRegistry, target: LocalRegistry, made: list[dict[str, Any]]) -> Path:
+    """The release at the source, and a config that mirrors it to `target` and tells these channels."""
+    seed_release(source)
+    return write_config(tmp_path / "mirror.yaml", source, [target], notify={"channels": made})
+
+
 def test_a_release_landing_posts_one_signed_message_per_channel_and_a_no_op_posts_none(
     tmp_path: Path,
     source: LocalRegistry,
@@ -79,9 +85,7 @@ def test_a_release_landing_posts_one_signed_message_per_channel_and_a_no_op_post
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    seed_release(source)
-    notify = {"channels": channels(monkeypatch, tmp_path, receivers)}
-    config = write_config(tmp_path / "mirror.yaml", source, [target], notify=notify)
+    config = release_to_land(tmp_path, source, target, channels(monkeypatch, tmp_path, receivers))
 
     assert main(["sync", VERSION, "--config", str(config), "--notify"]) == 0
 
@@ -116,9 +120,7 @@ def test_verbose_request_lines_keep_the_webhooks_secrets_out(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`-v` logs each request httpx sends; a webhook's URL is its secret (a token in the query or the path)."""
-    seed_release(source)
-    notify = {"channels": channels(monkeypatch, tmp_path, receivers)}
-    config = write_config(tmp_path / "mirror.yaml", source, [target], notify=notify)
+    config = release_to_land(tmp_path, source, target, channels(monkeypatch, tmp_path, receivers))
     handler = logging.StreamHandler(sys.stderr)  # as basicConfig would, were pytest's own not installed already
     logging.getLogger().addHandler(handler)
     try:
