@@ -5,14 +5,17 @@ Feishu's in the path, DingTalk's and WeCom's in the query), and a blob's CDN red
 from __future__ import annotations
 
 import logging
+import re
 
 import httpx
 
-REGISTRY_API = "/v2/"  # registry paths name repositories and digests: worth showing, never secret
+# a registry API path names a repository and a digest or tag: worth showing, never secret (a webhook receiver's
+# path may also begin /v2/, with its token after it)
+REGISTRY_API = re.compile(r"/v2/(?:[a-z0-9._/-]+/(?:manifests|blobs|tags|referrers)/[\w.:+/-]*)?")
 
 
 def shown_url(url: httpx.URL) -> str:
-    path = url.path if url.path.startswith(REGISTRY_API) else "/..."
+    path = url.path if REGISTRY_API.fullmatch(url.path) else "/..."
     return f"{url.scheme}://{url.netloc.decode('ascii', 'replace').rpartition('@')[2]}{path}"
 
 

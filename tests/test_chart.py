@@ -29,6 +29,7 @@ from mirror.oci import Manifest
 from mirror.registry import RegistryClient
 from mirror.settings import ChartSettings
 from tests.support import manifest_bytes, manifest_digest, requests_since, sync_json, with_client, write_config
+from tests.test_print_files import extract
 from tests.test_sync import VERSION, seed_release
 
 CHART_VERSION = "2.10.0"
@@ -227,9 +228,8 @@ def test_a_refused_chart_comes_back_out_of_a_cronjobs_log(
         check=False,
     )
     assert done.returncode == 0, done.stdout.decode()
-    program = "/^<== /{f=0} f; /^==> .*\\/hami-2.10.0.tgz.base64 <==$/{f=1}"
-    encoded = subprocess.run(["awk", program], input=done.stdout, capture_output=True, check=True).stdout
-    archive = subprocess.run(["base64", "-d"], input=encoded, capture_output=True, check=True).stdout
+    encoded = extract(done.stdout.decode(), "hami-2.10.0.tgz.base64")  # the README's one-liner, as it says
+    archive = subprocess.run(["base64", "-d"], input=encoded.encode(), capture_output=True, check=True).stdout
     assert archive == repository.charts["hami-2.10.0.tgz"]
 
 

@@ -16,7 +16,7 @@ import yaml
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.ports import free_port
 from mirror.service import store as job_queue
-from mirror.service.hooks import HookError, dockerhub_version
+from mirror.service.hooks import HookError, ci_request, dockerhub_version
 from mirror.service.store import QUEUED, WAITING, JobStore
 from mirror.settings import ConfigError, MirrorSettings, load_settings
 from tests.test_crash import wait_for
@@ -66,6 +66,20 @@ def test_a_push_matches_images_read_through_the_source_registry(tmp_path: Path) 
     assert dockerhub_version(settings, push("projecthami/hami-webui-fe-oss", "v2.10.0")) == "v2.10.0"
     with pytest.raises(HookError):
         dockerhub_version(settings, push("nvidia/k8s/dcgm-exporter", "v2.10.0-ubuntu"))
+
+
+def test_one_releases_deliveries_share_an_id_and_a_retagged_one_does_not(tmp_path: Path) -> None:
+    """GitHub's published and released deliveries of one release make one job; a pre-release retagged as the
+    release keeps its release id, and must still make a job of its own."""
+    settings = settings_with(tmp_path, "docker.io", discovery={"versions": ">=2.7.0", "prereleases": True})
+
+    def delivery(action: str, tag: str, prerelease: bool) -> str | None:
+        body = {"action": action, "release": {"id": 7, "tag_name": tag, "prerelease": prerelease}}
+        return ci_request(settings, json.dumps(body).encode(), "release").release_delivery
+
+    published, released = delivery("published", VERSION, False), delivery("released", VERSION, False)
+    assert published == released and str(published).startswith("github-release:7:")
+    assert delivery("published", "v2.11.0-rc.1", True) != delivery("released", "v2.11.0", False)
 
 
 def test_the_bound_is_a_setting_with_a_sane_range(tmp_path: Path) -> None:

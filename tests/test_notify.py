@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from mirror.cli import main
@@ -133,6 +134,26 @@ def test_verbose_request_lines_keep_the_webhooks_secrets_out(
     for kind, each in receivers.items():
         origin = each.url.split("/", 3)[2]
         assert token_of(kind) not in err and f"HTTP Request: POST http://{origin}/... " in err, kind
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "http://r.test:5000/v2/projecthami/hami/manifests/v2.10.0",
+            "http://r.test:5000/v2/projecthami/hami/manifests/v2.10.0",
+        ),
+        ("https://r.test/v2/a/b/blobs/uploads/5f0e-11?_state=secret", "https://r.test/v2/a/b/blobs/uploads/5f0e-11"),
+        ("https://cdn.test/docker/registry/v2/blobs/sha256/ab/abc/data?sig=secret", "https://cdn.test/..."),
+        ("https://hooks.slack.com/services/T0/B0/s3cret", "https://hooks.slack.com/..."),
+        ("https://hooks.example.com/v2/T0KENabc123", "https://hooks.example.com/..."),  # a /v2/ that is no API path
+        ("https://oapi.dingtalk.com/robot/send?access_token=s3cret", "https://oapi.dingtalk.com/..."),
+    ],
+)
+def test_a_request_line_shows_a_registry_path_and_nothing_secret(url: str, shown: str) -> None:
+    from mirror.verbose import shown_url
+
+    assert shown_url(httpx.URL(url)) == shown
 
 
 def test_a_hand_run_is_silent_unless_asked(
@@ -316,6 +337,8 @@ def test_the_cronjobs_discovery_posts_a_new_release_once_and_a_failing_run_its_r
         assert main(["sync", "--discover", "--config", str(config)]) == 1
         source.stop()  # and the next not even the source: the run stops before any release
         assert main(["sync", "--discover", "--config", str(config)]) == 1
+        assert main(["sync", "--discover", "--dry-run", "--config", str(config)]) == 1  # a dry run posts nothing
+        assert main(["sync", VERSION, "--target", "nope", "--notify", "--config", str(config)]) == 2  # nor bad input
     assert len(slack.received) == 3
     stopped = slack.received[2].text()
     assert "discovery FAILED: run -> mirror sync" in stopped and "discovery failed: list tags" in stopped, stopped

@@ -21,7 +21,7 @@ from mirror.report import ReleaseResult
 from mirror.settings import MirrorSettings, load_settings
 from mirror.untrusted import clip
 
-EXIT_OK, EXIT_FAILED, EXIT_TERMINATED = 0, 1, 143
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
 MAX_LINE = 1000
 
 
@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
         results = asyncio.run(_sync(settings, args.versions, options, shutdown, args.discover))
     except MirrorError as exc:  # nothing was written; bad input exits 2 with nothing sent
         say(exc)
-        if settings is not None and settings.notify.channels and (args.discover or args.notify):
+        # bad input (exit 2) is the terminal's to hear, not on-call's; a dry run posts nothing
+        asked = (args.discover or args.notify) and not args.dry_run and exc.exit_code != EXIT_USAGE
+        if settings is not None and settings.notify.channels and asked:
             tell_on_call_stopped(settings, args.versions, exc)
         return _stopped(1) if shutdown.reason == SIGTERM else exc.exit_code
     except KeyboardInterrupt:

@@ -57,20 +57,24 @@ class MountGate:
 
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[bool]:
-        """Whether to try a mount now; the first is alone until it is answered (a failure in passing leaves the
-        question to the next)."""
+        """Whether to try a mount now; the first is alone until the registry has said whether it takes mounts (a
+        failure in passing, or a guess not there, leaves the question to the next)."""
         if not self.answered:
             async with self._first:
                 if not self.answered:
                     yield not self.refused
-                    self.answered = True
                     return
         yield not self.refused
+
+    def taken(self) -> None:
+        """The registry answered a mount (mounted, or an ordinary session instead): it takes them."""
+        self.answered = True
 
     def refuse(self, host: str, refusal: RegistryError, guessed: bool) -> None:
         if guessed and refusal.status == 404:
             self.guessing = False
             return
+        self.answered = True
         if not self.refused:
             log.info("%s refused a blob mount (%s): ordinary uploads there for the rest of the run", host, refusal)
         self.refused = True
@@ -228,7 +232,9 @@ class _BlobTransfer:
                 source = self.blobs.mount_source(repository, blob.digest) if allowed else None
                 if source is not None:
                     try:
-                        return await self.client.start_upload(repository, blob.digest, source)
+                        started = await self.client.start_upload(repository, blob.digest, source)
+                        mounts.taken()
+                        return started
                     except RegistryError as refusal:
                         if refusal.transient:
                             raise

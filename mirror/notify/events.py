@@ -124,4 +124,4 @@ _HELM_INSTALL = re.compile(r"(^|&& )helm install ")
 
 def upgrade_line(helm_install: str) -> str:
     """`helm install NAME CHART ...` as the upgrade people run on a cluster that has the release already."""
-    return _HELM_INSTALL.sub(r"\1helm upgrade --install ", helm_install)
+    return _HELM_INSTALL.sub(r"\1helm upgrade --install ", helm_install, count=1)

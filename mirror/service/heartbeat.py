@@ -18,7 +18,9 @@ async def beat(path: Path, every: float = HEARTBEAT_SECONDS) -> None:
     failing = False
     while True:
         try:
-            await asyncio.to_thread(path.touch)
+            # on the loop itself (microseconds on an emptyDir): a worker thread would tie the beat to the shared
+            # pool, which a slow database can fill while the loop turns
+            path.touch()  # noqa: ASYNC240
         except OSError as exc:
             if not failing:
                 log.warning("heartbeat file %s cannot be written: %s", path, exc.strerror or exc)

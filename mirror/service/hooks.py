@@ -156,7 +156,9 @@ def ci_request(settings: MirrorSettings, body: bytes, event: str | None) -> CiRe
         version = published_version(settings, release.get("tag_name"), release.get("prerelease") is True)
         number = release.get("id")
         known = isinstance(number, int) and not isinstance(number, bool) and 0 < number < 2**63
-        return CiRequest(version, f"github-release:{number}" if known else None)
+        # the version too: a pre-release retagged as the release keeps its id
+        tagged = hashlib.sha256(version.encode()).hexdigest()[:12]
+        return CiRequest(version, f"github-release:{number}:{tagged}" if known else None)
     if event and "version" not in doc:
         raise HookIgnored(f"event {clip(event, SHOWN)!r} asks for no release")
     return CiRequest(accepted_version(settings, doc.get("version")))
