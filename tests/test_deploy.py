@@ -245,7 +245,11 @@ def test_the_service_is_probed_and_kept_to_one_replica() -> None:
     }
     assert rules[1]["action"] == "Ignore" and rules[1]["onPodConditions"] == [{"type": "DisruptionTarget"}]
     policy = docs["NetworkPolicy"]["spec"]
-    assert {p["port"] for rule in policy["egress"] for p in rule["ports"]} == {53, 443}
+    anywhere = [rule for rule in policy["egress"] if "to" not in rule]
+    assert {p["port"] for rule in anywhere for p in rule["ports"]} == {53, 443}
+    # the ECS metadata service alone on port 80: an ECS RAM role's login asks it (ecs_ram_role, the default chain)
+    (metadata,) = [rule for rule in policy["egress"] if "to" in rule]
+    assert metadata == {"to": [{"ipBlock": {"cidr": "100.100.100.200/32"}}], "ports": [{"port": 80, "protocol": "TCP"}]}
     assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == [8080]
 
 

@@ -475,7 +475,8 @@ def test_the_job_api_needs_the_bearer_token_and_health_stays_open(service: Servi
             answer = httpx.get(f"{service.url}{path}", headers=headers, timeout=5)
             assert answer.status_code == 401 and answer.headers["www-authenticate"] == "Bearer", (path, headers)
             assert API_TOKEN not in answer.text
-        assert httpx.get(f"{service.url}{path}", headers=AUTH, timeout=5).status_code == 200
+        answer = httpx.get(f"{service.url}{path}", headers=AUTH, timeout=5)
+        assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store", path  # kept nowhere
     for path in ("/healthz", "/readyz", "/metrics"):
         assert httpx.get(f"{service.url}{path}", timeout=5).status_code == 200
 

@@ -55,6 +55,7 @@ REPLAY_WINDOW_SECONDS = 600.0
 PAGE_DEFAULT, PAGE_MAX = 50, 200  # jobs per page of GET /jobs
 STORE_RETRY_WAITS = (2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 60.0, 60.0)  # seconds: a scheduled tick waits ~4 min in all
 QUEUE_FULL_RETRY_AFTER = 60  # seconds: a webhook refused for a full queue is told when to try again
+PRIVATE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}  # on every job API answer
 _JOB_ID = re.compile(r"[0-9A-Za-z_-]{1,32}")
 _LIST_PARAMETERS = ("limit", "before", "state", "kind")
 
@@ -173,7 +174,9 @@ def authorised(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Req
         except HookError as exc:
             if not page.has_session(request):
                 return JSONResponse({"error": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        return await route(request)
+        answer = await route(request)
+        answer.headers.update(PRIVATE)  # nothing kept by a browser or a proxy after the session ends
+        return answer
 
     return checked
 
