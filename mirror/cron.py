@@ -80,7 +80,7 @@ def _weekday(text: str) -> int:
 
 
 def _number(text: str, what: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise CronError(f"{what} {text!r} is not a number")
     return int(text)
 

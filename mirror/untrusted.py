@@ -60,6 +60,12 @@ _ESCAPES = (
 )
 
 
+def is_number(text: str) -> bool:
+    """ASCII digits only, at least one: `str.isdigit` also takes `²` (which int() refuses) and other scripts'
+    digits (which it reads), in a header or a value from outside either is a traceback or a number nobody wrote."""
+    return text.isascii() and text.isdigit()
+
+
 def clip(text: str, limit: int = MAX_SHOWN) -> str:
     """`text` as one line of at most about `limit` characters: control characters escaped, the middle cut out
     (saying how much) when it is longer."""

@@ -62,6 +62,9 @@ class RegistryAuth(httpx.Auth):
     def __init__(self, host: str, credentials: CredentialSource, scheme: str = "https") -> None:
         self.host = host
         self._scheme = scheme  # the registry's: credentials go to its host over this scheme only
+        # as httpx writes a request's origin (the host in lower case, no default port): `Registry.Example.com:443`
+        # would never match it, and its 401s would go unanswered
+        self._netloc = httpx.URL(f"{scheme}://{host}").netloc.decode("ascii")
         self._load_credentials = credentials
         self._credentials: Credentials | None = None
         self._credentials_loaded = False
@@ -127,7 +130,7 @@ class RegistryAuth(httpx.Auth):
     def _ours(self, url: httpx.URL) -> bool:
         """Is `url` at the registry's origin, its scheme included? A Location on its host name that drops https
         gets no credentials."""
-        return url.netloc.decode("ascii") == self.host and url.scheme == self._scheme
+        return url.netloc.decode("ascii") == self._netloc and url.scheme == self._scheme
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         if not self._ours(request.url):
@@ -197,7 +200,11 @@ class RegistryAuth(httpx.Auth):
         if credentials is not None and self._scheme == "https" and httpx.URL(key.realm).scheme != "https":
             message = f"the token realm {clip(key.realm)} is not https: credentials are not sent there in clear"
             raise AuthError(self.host, repository_of(request) or "", 401, "", message)
-        return token_request(key, credentials)
+        realm = token_request(key, credentials)
+        # the registry request's timeouts (connect, read, pool): without them a realm that goes silent holds its
+        # connection slot until the whole deadline, and then, past the cancel shield, for the rest of the run
+        realm.extensions["timeout"] = request.extensions.get("timeout", {})
+        return realm
 
     def _cached(self, key: TokenKey, refused: str | None) -> Token | None:
         """The cached token for `key`, unless it is the one the registry just refused, however fresh it looks. A

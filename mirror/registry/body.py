@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from mirror.untrusted import is_number
+
 # The codings asked for: the two body.py decodes as they arrive. httpx would also offer br and zstd wherever
 # their packages happen to be installed, and read_limited refuses those.
 ACCEPTED_CODINGS = "gzip, deflate"
@@ -48,7 +50,7 @@ async def read_limited(
     over its stored bytes, read from an unread answer (a storage host that labels a stored .tar.gz
     `Content-Encoding: gzip` would otherwise have it unpacked)."""
     declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > limit and not truncate:
+    if is_number(declared) and int(declared) > limit and not truncate:
         raise BodyTooLarge(limit, int(declared))
     if not response.is_stream_consumed and isinstance(response.stream, httpx.AsyncByteStream):
         decoder = None if raw else _decoder_for(response, truncate)

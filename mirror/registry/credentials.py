@@ -90,6 +90,9 @@ def load_docker_config(path: Path) -> DockerConfig:
         raise CredentialError(f"docker config {path}: not a JSON object")
     auths = doc.get("auths") or {}
     helpers = doc.get("credHelpers") or {}
+    for name, value in (("auths", auths), ("credHelpers", helpers)):
+        if not isinstance(value, dict):
+            raise CredentialError(f"docker config {path}: {name} is not a JSON object")
     return DockerConfig(
         path=path,
         auths={str(k): v for k, v in auths.items() if isinstance(v, dict)},
@@ -111,7 +114,10 @@ async def resolve_credentials(
     config = load_docker_config(path)
     helper_key = config.key_for(host, list(config.cred_helpers))
     if helper_key is not None:
-        return await run_credential_helper(config.cred_helpers[helper_key], _server_url(host, helper_key))
+        # as Docker reads a helper's "credentials not found": anonymous, like the store's below
+        return await run_credential_helper(
+            config.cred_helpers[helper_key], _server_url(host, helper_key), missing_ok=True
+        )
     if config.creds_store:
         found = await run_credential_helper(config.creds_store, _server_url(host, None), missing_ok=True)
         if found:

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from mirror.untrusted import is_number
+
 
 class DeadlineExceeded(httpx.TimeoutException):
     """A request, or its answer's body, took longer than its deadline."""
@@ -20,7 +22,7 @@ class DeadlineExceeded(httpx.TimeoutException):
 
 def _declared(headers: httpx.Headers) -> int:
     value = headers.get("Content-Length", "")
-    return int(value) if value.isdigit() and len(value) < 19 else 0
+    return int(value) if is_number(value) and len(value) < 19 else 0
 
 
 class DeadlineTransport(httpx.AsyncBaseTransport):

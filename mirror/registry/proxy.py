@@ -25,7 +25,7 @@ import httpx
 
 from mirror.errors import Kind, MirrorError
 from mirror.registry.sockets import SocketStream
-from mirror.untrusted import clip
+from mirror.untrusted import clip, is_number
 
 MAX_ANSWER_BYTES = 16 * 1024  # a proxy's answer to CONNECT: a status line and a few headers
 DEFAULT_PORT = 80  # of an `http://` proxy URL without one, as Go's client reads it
@@ -277,7 +277,7 @@ class ProxyRouting(httpx.AsyncBaseTransport):
             status, _, reason = str(error).partition(" ")  # httpcore's words: "<status> <reason>"
             authority = f"{_bracketed(request.url.host)}:{request.url.port or 443}"
             asked = f"CONNECT {authority}"
-            raise answered(proxy, asked, int(status) if status.isdigit() else 0, reason) from error
+            raise answered(proxy, asked, int(status) if is_number(status) else 0, reason) from error
 
     async def aclose(self) -> None:
         for transport in self._transports.values():

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from mirror.untrusted import is_number
+
 log = logging.getLogger("mirror")
 
 
@@ -27,12 +29,12 @@ class RateLimit:
 
 def _parse(value: str) -> tuple[int, int | None] | None:
     count, _, params = value.partition(";")
-    if not count.strip().isdigit():
+    if not is_number(count.strip()):
         return None
     window = None
     for param in params.split(";"):
         key, _, number = param.strip().partition("=")
-        if key == "w" and number.isdigit():
+        if key == "w" and is_number(number):
             window = int(number)
     return int(count.strip()), window
 

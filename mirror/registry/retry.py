@@ -16,6 +16,7 @@ from typing import TypeVar
 import httpx
 
 from mirror.registry.errors import without_query
+from mirror.untrusted import is_number
 
 log = logging.getLogger("mirror")
 T = TypeVar("T")
@@ -57,7 +58,7 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
     value = response.headers.get("Retry-After", "").strip()
     if not value:
         return None
-    if value.isdigit():
+    if is_number(value):
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -85,7 +86,7 @@ async def _read_ahead(response: httpx.Response) -> None:
 
 def _small(request: httpx.Request, response: httpx.Response) -> bool:
     declared = response.headers.get("Content-Length", "")
-    return request.method == "GET" and declared.isdigit() and int(declared) <= BUFFERED_BODY_LIMIT
+    return request.method == "GET" and is_number(declared) and int(declared) <= BUFFERED_BODY_LIMIT
 
 
 def replayable(request: httpx.Request) -> bool:

@@ -72,7 +72,8 @@ def token_request(key: TokenKey, credentials: Credentials | None) -> httpx.Reque
     params += [("scope", scope) for scope in scopes]
     if credentials is not None:
         headers["Authorization"] = credentials.basic_header()
-    return httpx.Request("GET", httpx.URL(key.realm, params=params), headers=headers)
+    realm = httpx.URL(key.realm).copy_merge_params(httpx.QueryParams(tuple(params)))  # the realm's query kept
+    return httpx.Request("GET", realm, headers=headers)
 
 
 def parse_token_response(body: bytes, received_at: float) -> Token:

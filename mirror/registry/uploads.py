@@ -17,7 +17,7 @@ import httpx
 from mirror.errors import MirrorError
 from mirror.registry.errors import RegistryError, raise_for_response, without_query
 from mirror.registry.host import RegistryHost
-from mirror.untrusted import clip
+from mirror.untrusted import clip, is_number
 
 CANCEL_TIMEOUT = 10.0
 # The actions of the requests on an upload session, as errors name them: a 416 from one of these is the
@@ -37,7 +37,7 @@ def _range_end(value: str | None) -> int | None:
     if not value:
         return None
     _, _, end = value.partition("-")
-    if not end.strip().isdigit():
+    if not is_number(end.strip()):
         return None
     last = int(end)
     return 0 if last == 0 else last + 1

@@ -46,7 +46,7 @@ from mirror.service.scheduler import start_scheduler
 from mirror.service.server import Doors, run
 from mirror.service.store import KINDS, MAX_ERROR_CHARS, STATES, UNFINISHED, JobStore, QueueFull, UnknownJob
 from mirror.settings import ConfigError, MirrorSettings, load_settings
-from mirror.untrusted import clip
+from mirror.untrusted import clip, is_number
 
 log = logging.getLogger("mirror.service")
 # A webhook for a release whose job succeeded less than this long ago is answered with that job, not queued
@@ -99,7 +99,7 @@ def _without_content(values: dict[str, Any]) -> dict[str, Any]:
 
 async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if is_number(declared) and int(declared) > limit:
         raise HookError(413, f"body over {limit} bytes")
     body = b""
     async for chunk in request.stream():
