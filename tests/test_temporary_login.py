@@ -96,6 +96,35 @@ async def test_a_login_near_its_end_is_renewed_before_use_and_a_fresh_one_is_kep
     assert len(logins) == 2
 
 
+async def test_a_renewal_that_fails_keeps_the_login_in_hand_while_it_lasts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Renewal starts at three quarters of a login's life: an STS or OpenAPI hiccup then must not fail requests
+    while the login has a quarter left. Asked again a minute later, not on every request; once the login has
+    lapsed, the failure is the caller's."""
+    from mirror.aliyun.login import LoginError
+    from mirror.registry import auth as auth_module
+
+    now = [1_700_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])  # the one auth.py reads
+    asked: list[float] = []
+
+    async def login(service: str | None) -> Credentials:
+        asked.append(now[0])
+        if len(asked) == 1:  # lasts an hour, 50 minutes of it gone when it is next needed
+            return Credentials("old", "p", expires_at=now[0] + 3600, issued_at=now[0])
+        raise LoginError("ACR login for acr.test: ServiceUnavailable: try later")
+
+    auth = RegistryAuth("acr.test", login)
+    assert (await auth.credentials()) is not None
+    now[0] += 3000
+    kept = [await auth.credentials() for _ in range(5)]
+    assert [c.username for c in kept if c] == ["old"] * 5 and len(asked) == 2  # one failed renewal, not five
+    now[0] += auth_module.RENEWAL_RETRY_SECONDS + 1
+    assert (await auth.credentials()) is kept[0] and len(asked) == 3  # asked again a minute later
+    now[0] += 600  # lapsed
+    with pytest.raises(LoginError):
+        await auth.credentials()
+
+
 def config_with_aliyun(tmp_path: Path, host: str, **login: object) -> Path:
     data = {
         "targets": [{"name": "t", "registry": host, "namespace": "hami-system"}],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -33,6 +34,8 @@ MAX_ROUNDS = 3
 # A token refused this soon after it was issued was refused for what it grants: denied at once. One refused later
 # had waited (for a pooled connection, behind streaming blobs) and may simply have lapsed: another is fetched.
 FRESH_TOKEN_SECONDS = 2.0
+RENEWAL_RETRY_SECONDS = 60.0  # after an early renewal failed, the login in hand is used this long before asking again
+log = logging.getLogger("mirror")
 
 
 class AuthError(RegistryError):
@@ -68,6 +71,7 @@ class RegistryAuth(httpx.Auth):
         self._load_credentials = credentials
         self._credentials: Credentials | None = None
         self._credentials_loaded = False
+        self._renew_after = 0.0  # a failed early renewal is not tried again before this (epoch s)
         self._loading: asyncio.Future[Credentials | None] | None = None  # the load under way, its answer shared
         self._bearer: tuple[str, str] | None = None  # (realm, service) once the registry challenged
         self._basic = False
@@ -98,24 +102,40 @@ class RegistryAuth(httpx.Auth):
         helper that timed out is asked once for every request waiting on it, and again only by a later one."""
         while (loading := self._loading) is not None or not self._current(refused):
             if loading is None:
-                return await self._load()
+                return await self._load(refused)
             with contextlib.suppress(_LeaderGone):  # its caller was cancelled: look again
                 await asyncio.shield(loading)
         return self._credentials
 
     def _current(self, refused: Credentials | None) -> bool:
-        """Are the loaded credentials (or their absence) still the ones to use?"""
-        current = self._credentials
-        stale = current is not None and (current is refused or current.due_for_renewal(time.time()))
-        return self._credentials_loaded and not stale
+        """Are the loaded credentials (or their absence) still the ones to use? A temporary login due for renewal
+        stays so while a failed renewal waits its turn to be tried again, and the login has not lapsed."""
+        current, now = self._credentials, time.time()
+        if not self._credentials_loaded:
+            return False
+        if current is None:
+            return True
+        if current is refused:
+            return False
+        return not current.due_for_renewal(now) or (now < self._renew_after and _valid(current, now))
 
-    async def _load(self) -> Credentials | None:
-        """Ask the credential source, for this caller and for every caller that comes while it answers."""
+    async def _load(self, refused: Credentials | None = None) -> Credentials | None:
+        """Ask the credential source, for this caller and for every caller that comes while it answers. An early
+        renewal that fails keeps the login in hand while it lasts (asked again RENEWAL_RETRY_SECONDS later): the
+        failure fails requests only once nothing valid is left."""
         loading = self._loading = asyncio.get_running_loop().create_future()
         loading.add_done_callback(_retrieve)
         try:
             credentials = await self._load_credentials(self._bearer[1] if self._bearer else None)
         except Exception as exc:
+            kept = self._credentials
+            if kept is not None and kept is not refused and _valid(kept, time.time()):
+                self._renew_after = time.time() + RENEWAL_RETRY_SECONDS
+                log.warning(
+                    "%s: renewing the login failed (%s); the one in hand is used until it lapses", self.host, exc
+                )
+                loading.set_result(kept)
+                return kept
             loading.set_exception(exc)
             raise
         except BaseException:
@@ -302,6 +322,11 @@ def _refusal(status: int) -> bool:
 def _asked_anew(credentials: Credentials) -> bool:
     """May the credentials' source answer anew once the realm refused them?"""
     return credentials.expires_at is not None or credentials.renewable
+
+
+def _valid(credentials: Credentials, now: float) -> bool:
+    """Not lapsed: a login with no end, or one whose end is still ahead."""
+    return credentials.expires_at is None or now < credentials.expires_at
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
