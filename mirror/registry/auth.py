@@ -111,10 +111,8 @@ class RegistryAuth(httpx.Auth):
         """Are the loaded credentials (or their absence) still the ones to use? A temporary login due for renewal
         stays so while a failed renewal waits its turn to be tried again, and the login has not lapsed."""
         current, now = self._credentials, time.time()
-        if not self._credentials_loaded:
-            return False
-        if current is None:
-            return True
+        if not self._credentials_loaded or current is None:
+            return self._credentials_loaded
         if current is refused:
             return False
         return not current.due_for_renewal(now) or (now < self._renew_after and _valid(current, now))
@@ -131,9 +129,7 @@ class RegistryAuth(httpx.Auth):
             kept = self._credentials
             if kept is not None and kept is not refused and _valid(kept, time.time()):
                 self._renew_after = time.time() + RENEWAL_RETRY_SECONDS
-                log.warning(
-                    "%s: renewing the login failed (%s); the one in hand is used until it lapses", self.host, exc
-                )
+                log.warning("%s: renewing the login failed (%s); kept the one in hand", self.host, exc)
                 loading.set_result(kept)
                 return kept
             loading.set_exception(exc)
