@@ -1,6 +1,7 @@
 """RAM logins to an ACR Enterprise instance at Alibaba Cloud's real host names, on this machine.
 
-`python -m tests.aliyunworld DIR [--login-seconds N] [--sts-seconds N] [--slow-blobs SECONDS]`, started under
+`python -m tests.aliyunworld DIR [--login-seconds N] [--sts-seconds N] [--slow-blobs SECONDS] [--sts-faults F]
+[--openapi-faults F] [--metadata-faults F] [--manual-namespace NAME]`, started under
 `unshare --net --mount` (the `aliyun_world` fixture in tests/test_aliyun_world.py does), builds a private network
 namespace in which the official SDKs (`alibabacloud-credentials`, `alibabacloud-cr20181201`) run their own request
 code against stand-ins that answer as the real services do:
@@ -14,7 +15,8 @@ code against stand-ins that answer as the real services do:
   `DIR/rrsa/other-subject-token` (another service account). STS checks the signature (key by `kid`), expiry,
   audience, issuer, the OIDC provider ARN and the role's trust policy: role `mirror-acr` trusts that provider and
   subject, role `untrusted` trusts only its own account. Answers and errors in Alibaba's JSON forms, the codes from
-  STS's published error code table. Credentials live min(DurationSeconds, --sts-seconds).
+  STS's published error code table. Credentials live min(DurationSeconds, --sts-seconds). A CI job's temporary
+  keys of `mirror-acr` (as AssumeRole hands them out, with their security token) are issued at start.
 - **The ACR OpenAPI** (2018-12-01, RPC style) at `cr.cn-hangzhou.aliyuncs.com` and `cr-vpc.cn-hangzhou.aliyuncs.com`:
   the SDK's `ACS3-HMAC-SHA256` signature verified for real (canonical request, signed headers,
   `x-acs-content-sha256` against the body, date skew, nonce reuse), V2 `HMAC-SHA1` RPC signatures too, with the
@@ -35,6 +37,14 @@ code against stand-ins that answer as the real services do:
   not yet lapsed (a lapsed one is refused 401 exactly as a wrong password is) and grants pull/push by the login's
   RAM principal and by namespace: writes into a namespace that does not exist are refused 403 `DENIED`; namespaces
   made by CreateNamespace become pushable (repositories auto-created on push when the namespace says so).
+- **ECS's metadata service** at `100.100.100.200` (on the namespace's loopback): an IMDSv2 token, the instance's RAM
+  role `mirror-ecs`, its STS keys.
+- **Faults** (`--sts-faults`, `--openapi-faults`, `--metadata-faults`: a comma list, each kind met by one request in
+  order before the service answers normally): `503` (ServiceUnavailable), `500` (InternalError), `throttling`
+  (Throttling.User, HTTP 400; `throttling:<ms>` adds the gateway's `x-acs-retry-after`), `502-html` (the load
+  balancer's own page), `drop` (the connection closed unanswered), `stall` (no answer until the client gives up).
+  Each is recorded with its service's calls, outcome `fault:<kind>`. `--manual-namespace NAME`: a namespace whose
+  automatic repository creation is off (pushes into repositories it lacks refused 403 `DENIED`).
 - **A source registry** at `127.0.0.20:5000` (plain HTTP): `docker-registry` behind a front, seeded with a
   multi-arch `projecthami/hami:v2.10.0` (2 platforms, 3 layers of 1 MiB each, attestations); with --slow-blobs S,
   each blob GET's body is spread over S seconds.
@@ -66,6 +76,7 @@ import secrets
 import signal
 import ssl
 import string
+import subprocess
 import threading
 import time
 import uuid
@@ -113,6 +124,11 @@ SUBJECT = "system:serviceaccount:mirror:mirror"
 OTHER_SUBJECT = "system:serviceaccount:default:default"
 NAMESPACE = "hami-system"
 NEVER_IN_ACR = "never-in-acr"  # a RAM user ACR has never seen (Harbor's users meet USER_NOT_EXIST so)
+ECS_ROLE = "mirror-ecs"  # the RAM role attached to the ECS instance the metadata service describes
+ECS_INSTANCE = "i-bp1mirrortest00001"
+METADATA_ADDRESS = ("100.100.100.200", 80)  # ECS's metadata service, here only inside the world's network namespace
+FAULT_KINDS = ("503", "500", "502-html", "throttling", "drop", "stall")  # `throttling:<ms>` asks for a wait
+STALL_SECONDS = 300.0
 TEMP_USERNAME = "temp_user_cr"  # the form GetAuthorizationToken's documented example answers
 SOURCE_ADDRESS = ("127.0.0.20", 5000)
 SOURCE_IMAGE = ("projecthami/hami", "v2.10.0")
@@ -233,6 +249,12 @@ ROLES = {
             [{"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"RAM": [f"acs:ram::{ACCOUNT_ID}:root"]}}],
             FULL_ACR,
         ),
+        Role(
+            ECS_ROLE,
+            "300955555555555555",
+            [{"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": ["ecs.aliyuncs.com"]}}],
+            MIRROR_ROLE_POLICY,
+        ),
     )
 }
 
@@ -314,7 +336,15 @@ NAME_COMPONENT = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 
 
 class AliyunWorld:
-    def __init__(self, directory: Path, login_seconds: int, sts_seconds: int, slow_blobs: float) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        login_seconds: int,
+        sts_seconds: int,
+        slow_blobs: float,
+        faults: Mapping[str, Sequence[str]] | None = None,
+        manual_namespace: str | None = None,
+    ) -> None:
         self.directory = directory
         self.login_seconds = login_seconds
         self.sts_seconds = sts_seconds
@@ -330,6 +360,15 @@ class AliyunWorld:
             self.keys[key.key_id] = key
         self.with_permission, self.without_permission, self.never_in_acr = list(self.keys.values())
         self.namespaces: dict[str, Namespace] = {NAMESPACE: Namespace(NAMESPACE, "crn-" + _random(ALNUM, 16).lower())}
+        if manual_namespace:  # automatic repository creation off: repositories only by hand or CreateRepository
+            self.namespaces[manual_namespace] = Namespace(
+                manual_namespace, "crn-" + _random(ALNUM, 16).lower(), auto_create_repo=False
+            )
+        # what each service answers its next requests with instead of its answer, in order: "sts", "openapi",
+        # "metadata" (FAULT_KINDS)
+        self.faults: dict[str, list[str]] = {service: list(kinds) for service, kinds in (faults or {}).items()}
+        self.stopping = threading.Event()  # set when the world stops: ends stalled answers
+        self.metadata_requests: list[dict[str, Any]] = []
         self.repositories: dict[str, Repository] = {}
         self.logins: dict[str, Login] = {}  # password -> login
         self.nonces: set[str] = set()
@@ -344,6 +383,14 @@ class AliyunWorld:
             self.remember_secret(key.secret, "access_key_secret")
         self.realm_tokens: RealmTokens | None = None
         self.granting: Login | None = None  # the login the realm is issuing a token for (under the lock)
+        # a CI job's temporary keys (STS AssumeRole of mirror-acr), exported with their security token
+        self.ci_sts_key = self.issue_sts_key(ROLES[ROLE_ARN], "ci-job", sts_seconds)
+
+    def next_fault(self, service: str) -> str | None:
+        """The fault the service's next request meets, if one is left."""
+        with self.lock:
+            queue = self.faults.get(service)
+            return queue.pop(0) if queue else None
 
     # -- secrets and where they may travel
 
@@ -426,6 +473,26 @@ class AliyunWorld:
         return {"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}]}
 
     # -- STS
+
+    def issue_sts_key(
+        self, role: Role, session: str, lifetime: int, session_policy: tuple[Statement, ...] | None = None
+    ) -> AccessKey:
+        """Temporary keys of a role session, with their security token, as STS hands them out."""
+        key = AccessKey(
+            "STS." + _random(ALNUM, 25),
+            _random(ALNUM, 44),
+            f"assumed-role/{role.name}/{session}",
+            role.policy,
+            security_token="CAIS" + _random(ALNUM + "+/", 400),
+            expires=math.floor(time.time()) + lifetime,  # Expiration has whole seconds: never later than promised
+            session_policy=session_policy,
+        )
+        assert key.security_token is not None
+        with self.lock:
+            self.keys[key.key_id] = key
+        self.remember_secret(key.secret, "access_key_secret")
+        self.remember_secret(key.security_token, "security_token")
+        return key
 
     def assume_role_with_oidc(self, host: str, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
         rid = request_id()
@@ -530,22 +597,11 @@ class AliyunWorld:
             except (ValueError, KeyError, TypeError):
                 return fail(400, "InvalidParameter.PolicyGrammar", "The parameter Policy has not passed grammar check.")
         lifetime = min(duration, self.sts_seconds)
-        expires = math.floor(now) + lifetime  # Expiration has whole seconds: never later than promised
-        key = AccessKey(
-            "STS." + _random(ALNUM, 25),
-            _random(ALNUM, 44),
-            f"assumed-role/{role.name}/{session}",
-            role.policy,
-            security_token="CAIS" + _random(ALNUM + "+/", 400),
-            expires=expires,
-            session_policy=session_policy,
-        )
-        assert key.security_token is not None
+        key = self.issue_sts_key(role, session, lifetime, session_policy)
+        assert key.security_token is not None and key.expires is not None
+        expires = key.expires
         with self.lock:
-            self.keys[key.key_id] = key
             self.sts_calls.append({**record, "outcome": "ok", "status": 200, "lifetime": lifetime})
-        self.remember_secret(key.secret, "access_key_secret")
-        self.remember_secret(key.security_token, "security_token")
         audience = claims.get("aud")
         return 200, {
             "RequestId": rid,
@@ -1082,6 +1138,7 @@ class AliyunWorld:
                 "realm_logins": list(self.realm_logins),
                 "registry_requests": list(self.registry_requests),
                 "source_requests": list(self.source_requests),
+                "metadata_requests": list(self.metadata_requests),
                 "logins_issued": [
                     {"principal": login.principal, "access_key_id": login.access_key_id, "expires": login.expires}
                     for login in self.logins.values()
@@ -1129,12 +1186,54 @@ class JsonHandler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def fault(self, kind: str, stopping: threading.Event) -> None:
+        """Answer as a service in trouble does instead of answering (FAULT_KINDS)."""
+        kind, _, wait = kind.partition(":")
+        rid = request_id()
+        problems = {
+            "503": ("ServiceUnavailable", "The request has failed due to a temporary failure of the server."),
+            "500": ("InternalError", "The request processing has failed due to some unknown error."),
+            "throttling": ("Throttling.User", "Request was denied due to user flow control."),
+        }
+        if kind in problems:
+            code, message = problems[kind]
+            status = 400 if kind == "throttling" else int(kind)
+            doc = {"RequestId": rid, "HostId": self.host(), "Code": code, "Message": message}
+            # the gateway's wait, in milliseconds, which the SDK reads as its Retry-After
+            self.reply(status, doc, [("x-acs-request-id", rid)] + ([("x-acs-retry-after", wait)] if wait else []))
+            return
+        if kind == "502-html":  # the load balancer in front, not the service: its own page
+            page = b"<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center>"
+            page += b"<hr><center>Tengine</center></body></html>"
+            self.send_response(502)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
+        if kind == "stall":  # an answer that never comes: the client's timeout ends it
+            stopping.wait(STALL_SECONDS)
+        self.close_connection = True  # "drop": the connection closed with the request unanswered
+
+
+def fault_status(kind: str) -> int | None:
+    """The HTTP status a fault answers with; None where no answer comes."""
+    name = kind.partition(":")[0]
+    return {"503": 503, "500": 500, "throttling": 400, "502-html": 502}.get(name)
+
 
 def sts_handler(world: AliyunWorld) -> type[http.server.BaseHTTPRequestHandler]:
     class Sts(JsonHandler):
         def _answer(self) -> None:
             body = self.read_body()
             world.inspect("sts", self.host(), self.command, self.path, self.headers, body)
+            if (fault := world.next_fault("sts")) is not None:
+                with world.lock:  # recorded first: a stalled answer ends only when the world stops
+                    world.sts_calls.append(
+                        {"host": self.host(), "outcome": f"fault:{fault}", "status": fault_status(fault)}
+                    )
+                self.fault(fault, world.stopping)
+                return
             params = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
             if "x-www-form-urlencoded" in self.headers.get("Content-Type", ""):
                 params.update(parse_qsl(body.decode(errors="replace"), keep_blank_values=True))
@@ -1151,6 +1250,16 @@ def openapi_handler(world: AliyunWorld) -> type[http.server.BaseHTTPRequestHandl
         def _answer(self) -> None:
             body = self.read_body()
             world.inspect("openapi", self.host(), self.command, self.path, self.headers, body)
+            if (fault := world.next_fault("openapi")) is not None:
+                record = {
+                    "host": self.host(),
+                    "action": self.headers.get("x-acs-action"),
+                    "status": fault_status(fault),
+                }
+                with world.lock:  # recorded first: a stalled answer ends only when the world stops
+                    world.openapi_calls.append({**record, "outcome": f"fault:{fault}"})
+                self.fault(fault, world.stopping)
+                return
             status, doc = world.openapi(self.host(), self.command, self.path, self.headers, body)
             self.reply(status, doc, [("x-acs-request-id", doc["RequestId"])])
 
@@ -1201,6 +1310,65 @@ def oidc_handler(world: AliyunWorld) -> type[http.server.BaseHTTPRequestHandler]
                 self.reply(404, {"Code": "NoSuchKey", "Message": "The specified key does not exist."})
 
     return Issuer
+
+
+def metadata_handler(world: AliyunWorld) -> type[http.server.BaseHTTPRequestHandler]:
+    """ECS's metadata service at 100.100.100.200 (plain HTTP), as the credentials library's `ecs_ram_role` asks it:
+    an IMDSv2 token (`PUT /latest/api/token`), the instance's RAM role name, then that role's STS keys."""
+    credentials_path = "/latest/meta-data/ram/security-credentials/"
+
+    class Metadata(JsonHandler):
+        def _answer(self) -> None:
+            self.read_body()
+            path = urlsplit(self.path).path
+            record: dict[str, Any] = {"method": self.command, "path": path}
+            record["token"] = bool(self.headers.get("X-aliyun-ecs-metadata-token"))
+            if (fault := world.next_fault("metadata")) is not None:
+                with world.lock:  # recorded first: a stalled answer ends only when the world stops
+                    world.metadata_requests.append(
+                        {**record, "outcome": f"fault:{fault}", "status": fault_status(fault)}
+                    )
+                self.fault(fault, world.stopping)
+                return
+            status, text = self._metadata(path)
+            body = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if text.startswith("{") else "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            with world.lock:
+                world.metadata_requests.append(
+                    {**record, "outcome": "ok" if status == 200 else "error", "status": status}
+                )
+
+        def _metadata(self, path: str) -> tuple[int, str]:
+            if self.command == "PUT" and path == "/latest/api/token":
+                if not self.headers.get("X-aliyun-ecs-metadata-token-ttl-seconds", "").isdigit():
+                    return 400, "missing X-aliyun-ecs-metadata-token-ttl-seconds"
+                return 200, "AQAEA" + _random(ALNUM, 52)
+            if self.command != "GET":
+                return 405, "method not allowed"
+            if path == credentials_path:
+                return 200, ECS_ROLE
+            if path != credentials_path + ECS_ROLE:
+                return 404, "not found"
+            role = ROLES[f"acs:ram::{ACCOUNT_ID}:role/{ECS_ROLE}"]
+            key = world.issue_sts_key(role, ECS_INSTANCE, min(6 * 3600, world.sts_seconds))
+            assert key.expires is not None
+            document = {
+                "AccessKeyId": key.key_id,
+                "AccessKeySecret": key.secret,
+                "Expiration": iso(key.expires),
+                "SecurityToken": key.security_token,
+                "LastUpdated": iso(time.time()),
+                "Code": "Success",
+            }
+            return 200, json.dumps(document)
+
+        do_GET = do_PUT = _answer
+
+    return Metadata
 
 
 def registry_handler(world: AliyunWorld, registry: LocalRegistry) -> type[http.server.BaseHTTPRequestHandler]:
@@ -1304,22 +1472,41 @@ def rotate_tokens(world: AliyunWorld, stop: threading.Event) -> None:
         world.write_tokens()
 
 
+def _fault_list(text: str) -> list[str]:
+    """`503,throttling:1500,drop` as a list, each kind checked."""
+    kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
+    for kind in kinds:
+        name, _, wait = kind.partition(":")
+        if name not in FAULT_KINDS or (wait and not (name == "throttling" and wait.isdigit())):
+            raise SystemExit(f"unknown fault {kind!r}: one of {', '.join(FAULT_KINDS)}, or throttling:<ms>")
+    return kinds
+
+
 def write_json(path: Path, doc: Any) -> None:
     part = path.with_name(f".{path.name}.part")
     part.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     os.replace(part, path)
 
 
-def main(directory: Path, login_seconds: int, sts_seconds: int, slow_blobs: float) -> None:
+def main(arguments: argparse.Namespace) -> None:
+    directory: Path = arguments.directory
+    login_seconds: int = arguments.login_seconds
     directory.mkdir(parents=True, exist_ok=True)
     isolate_names(directory, HOSTS)
+    # the metadata service's address, on this namespace's loopback: the SDKs' ECS step never leaves the machine
+    subprocess.run(["ip", "addr", "add", f"{METADATA_ADDRESS[0]}/32", "dev", "lo"], check=True)
     ca, cert, key = make_certificates(directory, HOSTS)
     os.environ["SSL_CERT_FILE"] = str(ca)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    world = AliyunWorld(directory, login_seconds, sts_seconds, slow_blobs)
+    faults = {
+        service: _fault_list(getattr(arguments, f"{service}_faults")) for service in ("sts", "openapi", "metadata")
+    }
+    world = AliyunWorld(
+        directory, login_seconds, arguments.sts_seconds, arguments.slow_blobs, faults, arguments.manual_namespace
+    )
     world.write_tokens()
-    stop = threading.Event()
+    stop = world.stopping
     with ExitStack() as stack:
         # the registry's bearer tokens last no longer than a short login (so a long copy asks the realm again)
         tokens = RealmTokens(directory / "realm", public_url=REALM, decide=world.grant, ttl=min(300, login_seconds))
@@ -1337,6 +1524,7 @@ def main(directory: Path, login_seconds: int, sts_seconds: int, slow_blobs: floa
         ):
             stack.enter_context(http_server(handler, (HOSTS[address], 443), context))
         stack.enter_context(http_server(source_handler(world, source), SOURCE_ADDRESS))
+        stack.enter_context(http_server(metadata_handler(world), METADATA_ADDRESS))
         image = asyncio.run(seed_source(source))
         rotation = threading.Thread(target=rotate_tokens, args=(world, stop), daemon=True)
         rotation.start()
@@ -1356,8 +1544,10 @@ def main(directory: Path, login_seconds: int, sts_seconds: int, slow_blobs: floa
                 ("with_permission", world.with_permission),
                 ("without_permission", world.without_permission),
                 ("never_in_acr", world.never_in_acr),
+                ("sts", world.ci_sts_key),
             )
         }
+        access_keys["sts"]["security_token"] = str(world.ci_sts_key.security_token)
         ready = {
             "pid": os.getpid(),
             "ca": str(ca),
@@ -1379,13 +1569,15 @@ def main(directory: Path, login_seconds: int, sts_seconds: int, slow_blobs: floa
             "realm": REALM,
             "service": SERVICE,
             "namespace": NAMESPACE,
+            "manual_namespace": arguments.manual_namespace,
+            "ecs_role": ECS_ROLE,
             "temp_username": TEMP_USERNAME,
             "sts_endpoints": list(STS_HOSTS),
             "cr_endpoints": list(CR_HOSTS),
             "source": {"host": f"{SOURCE_ADDRESS[0]}:{SOURCE_ADDRESS[1]}", "plain_http": True, **image},
             "login_seconds": login_seconds,
-            "sts_seconds": sts_seconds,
-            "slow_blobs": slow_blobs,
+            "sts_seconds": arguments.sts_seconds,
+            "slow_blobs": arguments.slow_blobs,
             "env": env,
         }
         signal.signal(signal.SIGUSR1, lambda *_: write_json(directory / "summary.json", world.summary()))
@@ -1402,5 +1594,7 @@ if __name__ == "__main__":
     parser.add_argument("--login-seconds", type=int, default=3600, help="life of a GetAuthorizationToken login")
     parser.add_argument("--sts-seconds", type=int, default=3600, help="upper bound of STS credentials' life")
     parser.add_argument("--slow-blobs", type=float, default=0.0, help="seconds each source blob GET takes")
-    arguments = parser.parse_args()
-    main(arguments.directory, arguments.login_seconds, arguments.sts_seconds, arguments.slow_blobs)
+    for service in ("sts", "openapi", "metadata"):
+        parser.add_argument(f"--{service}-faults", default="", help=f"what {service}'s first requests meet, in order")
+    parser.add_argument("--manual-namespace", help="a namespace whose automatic repository creation is off")
+    main(parser.parse_args())

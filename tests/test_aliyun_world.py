@@ -65,13 +65,12 @@ class AliyunWorld:
             [*nsenter, *shell], env=self.environment(env), capture_output=True, text=True, timeout=timeout
         )
 
-    def inside(self, function: str, *args: str, env: dict[str, str] | None = None) -> Any:
-        """`function(ready.json path, *args)` of this module, run inside the world; its JSON answer."""
-        code = (
-            "import json, sys\n"
-            f"from tests.test_aliyun_world import {function} as f\n"
-            "print('\\n' + json.dumps(f(*sys.argv[1:])))"
-        )
+    def inside(
+        self, function: str, *args: str, env: dict[str, str] | None = None, module: str = "tests.test_aliyun_world"
+    ) -> Any:
+        """`function(ready.json path, *args)` of `module` (this one unless given), run inside the world; its JSON
+        answer."""
+        code = f"import json, sys\nfrom {module} import {function} as f\nprint('\\n' + json.dumps(f(*sys.argv[1:])))"
         done = self.run(sys.executable, "-c", code, self.ready_path, *args, env=env)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -97,9 +96,8 @@ class AliyunWorld:
 
 def start_world(directory: Path, log: Path, options: dict[str, Any]) -> AliyunWorld:
     command = ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tests.aliyunworld", str(directory)]
-    for name in ("login_seconds", "sts_seconds", "slow_blobs"):
-        if name in options:
-            command += [f"--{name.replace('_', '-')}", str(options[name])]
+    for name, value in options.items():  # faults as lists: {"openapi_faults": ["503", "drop"]}
+        command += [f"--{name.replace('_', '-')}", ",".join(value) if isinstance(value, list) else str(value)]
     started = time.monotonic()
     with log.open("wb") as output:
         process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
@@ -115,7 +113,9 @@ def start_world(directory: Path, log: Path, options: dict[str, Any]) -> AliyunWo
 @pytest.fixture
 def aliyun_world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[AliyunWorld]:
     """STS, the ACR OpenAPI, an Enterprise instance and a source registry at their names (tests/aliyunworld.py).
-    Options by indirect parametrization: `{"login_seconds": 5, "sts_seconds": 30, "slow_blobs": 1}`."""
+    Options by indirect parametrization: `{"login_seconds": 5, "sts_seconds": 30, "slow_blobs": 1}`, and faults
+    (`{"openapi_faults": ["503", "throttling:1500", "drop"], "sts_faults": [...], "metadata_faults": ["stall"]}`)
+    or `{"manual_namespace": "name"}` (a namespace with automatic repository creation off)."""
     options: dict[str, Any] = getattr(request, "param", {})
     world = start_world(tmp_path / "aliyun", tmp_path / "aliyun.log", options)
     yield world

@@ -4,8 +4,11 @@ and ACR's OpenAPI (`alibabacloud-cr20181201`, GetAuthorizationToken) turns it in
 password that last an hour, or as long as the STS credentials behind them. The registry's token realm then takes
 them as it takes a stored password; `registry/auth.py` asks again before they lapse.
 
-The SDKs are synchronous: each call runs in a worker thread, under the configured timeout. They are imported only
-when a registry is configured this way. Nothing here puts a secret into a message or a repr.
+The SDKs are synchronous: each call runs in a worker thread, under the configured timeout (the SDKs' own read and
+connect timeouts too, STS's and the ECS metadata service's included). The SDKs do not retry, and the login runs above
+mirror's RetryTransport: a passing failure (the network, a timeout, a 5xx, throttling) is tried again here under
+the login's retry policy and said as unavailable; a refusal is said at once, as an authentication failure. They are
+imported only when a registry is configured this way. Nothing here puts a secret into a message or a repr.
 """
 
 from __future__ import annotations
@@ -13,21 +16,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mirror.acr import instance_of
+from mirror.errors import Kind
 from mirror.registry.credentials import CredentialError, Credentials
+from mirror.registry.retry import RetryPolicy
 
+log = logging.getLogger("mirror")
 T = TypeVar("T")
 MAX_MESSAGE = 300
 RRSA_VARIABLES = ("ALIBABA_CLOUD_ROLE_ARN", "ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "ALIBABA_CLOUD_OIDC_TOKEN_FILE")
 ACCESS_KEY_VARIABLES = ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET")
+SECURITY_TOKEN_VARIABLE = "ALIBABA_CLOUD_SECURITY_TOKEN"  # noqa: S105 - a variable name: exported with STS keys
+# four tries, at most 3.5 s of backoff between them, a wait the service asks for honoured within two minutes
+LOGIN_RETRY = RetryPolicy(attempts=4, base_delay=0.5, max_delay=8.0, max_elapsed=120.0)
+# the status the credentials library quotes in its errors (STS: "http_code: 503", ECS metadata: "HttpCode=503"),
+# and the code of an answer it quotes whole
+_QUOTED_STATUS = re.compile(r"(?:http_code: |HttpCode=)(\d{3})")
+_QUOTED_CODE = re.compile(r'"Code"\s*:\s*"([^"]+)"')
 # what an SDK's error text may carry of a request: the STS query (OIDCToken=<a JWT>, SecurityToken, Signature) in the
 # URL a connection error quotes, credentials in an answer it quotes, a JWT anywhere
 _QUERY = re.compile(r"\?[^\s'\"()<>]*=[^\s'\"()<>]*")
@@ -45,11 +59,21 @@ ACR_REFUSALS = {
 
 
 class LoginError(CredentialError):
-    """The RAM identity could not be had, or ACR refused it a login; one line, with the service's code."""
+    """The RAM identity could not be had, or ACR refused it a login; one line, with the service's code. A refusal
+    is an authentication failure (the kind's default); a passing failure is `Kind.UNAVAILABLE`."""
 
-    def __init__(self, message: str, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, code: str | None = None, kind: Kind | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code  # the service's error code, exactly as it answered, when it gave one
+        if kind is not None:
+            self.kind = kind
+        self.retry_after = retry_after  # seconds the service asked to wait before the next try
+
+    def tried(self, attempts: int) -> LoginError:
+        """The same failure, saying how many tries it took."""
+        return LoginError(f"{self} ({attempts} tries)", self.code, self.kind, self.retry_after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +85,12 @@ class LoginOptions:
     credentials: str = "default"  # default | oidc_role_arn | access_key | ecs_ram_role
     instance_id: str | None = None
     endpoint: str | None = None  # default: cr.<region>.aliyuncs.com
-    timeout: float = 30.0
+    timeout: float = 30.0  # seconds, each OpenAPI, STS and ECS metadata call
+    retry: RetryPolicy = LOGIN_RETRY  # for passing failures
+
+    @property
+    def timeout_ms(self) -> int:
+        return int(self.timeout * 1000)
 
     @property
     def openapi_endpoint(self) -> str:
@@ -106,6 +135,7 @@ class AcrLogin:
     _client: Any = field(default=None, repr=False)  # the ACR client: it holds the credentials client (STS cache)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     instance: str | None = None  # the Enterprise instance, once a login named it
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, repr=False)  # between tries
 
     async def __call__(self, service: str | None) -> Credentials:
         instance = self.options.instance_id or instance_of(service)
@@ -141,14 +171,13 @@ class AcrLogin:
             from alibabacloud_cr20181201.client import Client
             from alibabacloud_tea_openapi.utils_models import Config
 
-            milliseconds = int(self.options.timeout * 1000)
             config = Config(
                 credential=self._identity(),
                 endpoint=self.options.openapi_endpoint,
                 region_id=self.options.region,
                 protocol="https",
-                read_timeout=milliseconds,
-                connect_timeout=milliseconds,
+                read_timeout=self.options.timeout_ms,
+                connect_timeout=self.options.timeout_ms,
             )
             self._client = Client(config)
             quiet_sdk_logs()
@@ -158,9 +187,10 @@ class AcrLogin:
         from alibabacloud_credentials.client import Client
         from alibabacloud_credentials.models import Config
 
-        choice = self.options.credentials
+        choice, milliseconds = self.options.credentials, self.options.timeout_ms
         if choice == "default":
-            return Client(provider=default_chain())
+            return Client(provider=default_chain(milliseconds))
+        timeouts: dict[str, Any] = {"timeout": milliseconds, "connect_timeout": milliseconds}
         if choice == "oidc_role_arn":
             config = Config(
                 type="oidc_role_arn",
@@ -169,15 +199,12 @@ class AcrLogin:
                 oidc_token_file_path=os.environ.get("ALIBABA_CLOUD_OIDC_TOKEN_FILE"),
                 role_session_name="mirror",
                 sts_endpoint=os.environ.get("ALIBABA_CLOUD_STS_ENDPOINT") or None,  # RRSA's webhook sets the VPC one
+                **timeouts,
             )
         elif choice == "access_key":
-            config = Config(
-                type="access_key",
-                access_key_id=os.environ.get(ACCESS_KEY_VARIABLES[0]),
-                access_key_secret=os.environ.get(ACCESS_KEY_VARIABLES[1]),
-            )
+            config = access_key_config()
         else:
-            config = Config(type="ecs_ram_role")
+            config = Config(type="ecs_ram_role", **timeouts)
         return Client(config)
 
     def _get_token(self, instance: str) -> Any:
@@ -186,17 +213,92 @@ class AcrLogin:
         return self.client().get_authorization_token(models.GetAuthorizationTokenRequest(instance_id=instance)).body
 
     async def call(self, call: Callable[[], T]) -> T:
-        """One SDK call in a worker thread, bounded; its exceptions as one line."""
+        """One SDK call in a worker thread, bounded; tried again after a passing failure under the login's retry
+        policy (a wait the service asked for honoured, or the call given up when it is past the policy's time);
+        its exceptions as one line."""
+        policy, started, attempt = self.options.retry, time.monotonic(), 1
+        while True:
+            try:
+                return await self._attempt(call)
+            except LoginError as exc:
+                delay = policy.backoff(attempt, exc.retry_after)
+                if not exc.transient or not policy.allows(attempt, started, delay):
+                    raise (exc if attempt == 1 else exc.tried(attempt)) from None
+                log.info("retrying in %.1f s (try %d of %d): %s", delay, attempt + 1, policy.attempts, exc)
+            await self.sleep(delay)
+            attempt += 1
+
+    async def _attempt(self, call: Callable[[], T]) -> T:
         try:
             return await asyncio.wait_for(asyncio.to_thread(call), self.options.timeout * 2)
         except TimeoutError:
-            raise LoginError(f"ACR OpenAPI {self.options.openapi_endpoint}: no answer in time") from None
+            raise LoginError(
+                f"ACR OpenAPI {self.options.openapi_endpoint}: no answer in time", kind=Kind.UNAVAILABLE
+            ) from None
         except LoginError:
             raise
         except Exception as exc:  # the SDKs raise their own families (Tea, Dara, credentials)
-            code = getattr(exc, "code", None)
-            said = describe(exc)
-            raise LoginError(f"ACR login for {self.options.host}: {said}", str(code) if code else None) from None
+            raise self.sdk_failure(exc) from None
+
+    def sdk_failure(self, exc: Exception) -> LoginError:
+        """An SDK's exception as a LoginError: unavailable when it is passing, else a refusal."""
+        code = getattr(exc, "code", None)
+        said = f"ACR login for {self.options.host}: {describe(exc)}"
+        if not passing_failure(exc):
+            return LoginError(said, str(code) if code else None)
+        retry_after = throttled_for(exc)
+        if retry_after is not None:
+            said += f" (asked to wait {retry_after:g} s)"
+        return LoginError(said, str(code) if code else None, kind=Kind.UNAVAILABLE, retry_after=retry_after)
+
+
+def access_key_config() -> Any:
+    """An AccessKey pair from the environment: a RAM user's, or temporary STS keys with their security token (a CI
+    job's), which every call must carry."""
+    from alibabacloud_credentials.models import Config
+
+    key_id, secret = (os.environ.get(name) for name in ACCESS_KEY_VARIABLES)
+    token = os.environ.get(SECURITY_TOKEN_VARIABLE)
+    if token:
+        return Config(type="sts", access_key_id=key_id, access_key_secret=secret, security_token=token)
+    return Config(type="access_key", access_key_id=key_id, access_key_secret=secret)
+
+
+def passing_failure(exc: BaseException) -> bool:
+    """Would the same call likely work a moment later: the network or a timeout (the SDKs' RetryError), a 5xx, a
+    429, throttling, an answer that is not the service's JSON (a gateway's error page)? A refusal would not."""
+    from alibabacloud_tea_openapi.exceptions import ServerException, ThrottlingException
+    from darabonba.exceptions import RetryError as DaraRetryError
+    from Tea.exceptions import RetryError as TeaRetryError
+
+    inner = getattr(exc, "inner_exception", None)  # what the SDK's UnretryableException wraps
+    if isinstance(inner, BaseException):
+        return passing_failure(inner)
+    sdk = (ServerException, ThrottlingException, DaraRetryError, TeaRetryError)  # RetryError: the network, a timeout
+    if isinstance(exc, (*sdk, ConnectionError, TimeoutError, json.JSONDecodeError)):
+        return True
+    if isinstance(exc, RuntimeError) and isinstance(exc.__context__, ValueError):  # the SDK's "not JSON" error
+        return True
+    code, status = _code_and_status(exc)
+    return code.startswith("Throttling") or status == 429 or (status is not None and status >= 500)
+
+
+def _code_and_status(exc: BaseException) -> tuple[str, int | None]:
+    """The service's code and HTTP status: the SDK's attributes, or what the credentials library quotes."""
+    code = str(getattr(exc, "code", None) or "")
+    status = getattr(exc, "status_code", None)
+    text = str(getattr(exc, "message", None) or exc)
+    if not code and (quoted_code := _QUOTED_CODE.search(text)):
+        code = quoted_code[1]
+    if status is None and (quoted_status := _QUOTED_STATUS.search(text)):
+        status = int(quoted_status[1])
+    return code, status if isinstance(status, int) else None
+
+
+def throttled_for(exc: BaseException) -> float | None:
+    """Seconds the service asked to wait (`x-acs-retry-after`, in milliseconds, read by the SDK), or None."""
+    milliseconds = getattr(exc, "retry_after", None)
+    return milliseconds / 1000 if isinstance(milliseconds, int | float) and milliseconds > 0 else None
 
 
 def quiet_sdk_logs() -> None:
@@ -213,10 +315,12 @@ def quiet_sdk_logs() -> None:
         logger.setLevel(logging.CRITICAL)
 
 
-def default_chain() -> Any:
+def default_chain(milliseconds: int) -> Any:
     """The official default chain, its RRSA step sent to ALIBABA_CLOUD_STS_ENDPOINT when that is set (RRSA's webhook
-    sets the VPC one): the library builds that step with no endpoint and never reads the variable, so the chain
-    would ask the public sts.aliyuncs.com. The other steps are the library's own, in its order."""
+    sets the VPC one), with the login's timeout: the library builds that step with no endpoint and never reads the
+    variable, so the chain would ask the public sts.aliyuncs.com. The other steps are the library's own, in its
+    order."""
+    from alibabacloud_credentials.http import HttpOptions
     from alibabacloud_credentials.provider import DefaultCredentialsProvider, OIDCRoleArnCredentialsProvider
 
     chain = DefaultCredentialsProvider()
@@ -229,9 +333,10 @@ def default_chain() -> Any:
             "this alibabacloud-credentials builds its default chain where ALIBABA_CLOUD_STS_ENDPOINT cannot reach it; "
             "use credentials: oidc_role_arn (which passes it on)"
         )
+    timeouts = HttpOptions(connect_timeout=milliseconds, read_timeout=milliseconds)
     for index, step in enumerate(steps):
         if isinstance(step, OIDCRoleArnCredentialsProvider):
-            steps[index] = OIDCRoleArnCredentialsProvider(sts_endpoint=endpoint)
+            steps[index] = OIDCRoleArnCredentialsProvider(sts_endpoint=endpoint, http_options=timeouts)
     return chain
 
 
@@ -245,7 +350,10 @@ def scrubbed(text: str) -> str:
 
 def describe(exc: BaseException) -> str:
     """An SDK exception as one line: its code and message, never its request (which carries signatures), cut only
-    after anything secret is taken out."""
+    after anything secret is taken out. The SDK's UnretryableException is said as the failure it wraps."""
+    inner = getattr(exc, "inner_exception", None)
+    if isinstance(inner, BaseException):
+        return describe(inner)
     code = getattr(exc, "code", None)
     message = getattr(exc, "message", None) or str(exc)
     text = scrubbed(" ".join(str(message).split()))[:MAX_MESSAGE]

@@ -1,0 +1,257 @@
+"""The ACR login through a bad moment, against the world of tests/aliyunworld.py (the SDKs' own request code): a
+5xx, throttling, a dropped connection or a gateway's error page at STS, the ACR OpenAPI or ECS's metadata service
+is tried again (a wait the gateway asks for honoured) and, when it lasts, said as unavailable; a refusal is said at
+once as an authentication failure. Also: temporary STS keys exported for `access_key`, the configured timeout
+reaching STS and the metadata service, and a namespace that does not create repositories refused up front.
+
+Backoff between tries is recorded, not slept, where a test calls the login itself: nothing here waits on a clock
+shorter than the SDKs' own timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.test_aliyun_world import AliyunWorld, start_world
+
+HOST = "mirror-test-registry.cn-hangzhou.cr.aliyuncs.com"
+MODULE = "tests.test_aliyun_resilience"
+IDENTITY_VARIABLES = (
+    "ALIBABA_CLOUD_ACCESS_KEY_ID",
+    "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+    "ALIBABA_CLOUD_SECURITY_TOKEN",
+    "ALIBABA_CLOUD_ROLE_ARN",
+    "ALIBABA_CLOUD_OIDC_PROVIDER_ARN",
+    "ALIBABA_CLOUD_OIDC_TOKEN_FILE",
+    "ALIBABA_CLOUD_STS_ENDPOINT",
+)
+
+
+@pytest.fixture
+def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[AliyunWorld]:
+    """The world of tests/aliyunworld.py; its options (faults among them) by indirect parametrization."""
+    running = start_world(tmp_path / "aliyun", tmp_path / "aliyun.log", getattr(request, "param", {}))
+    yield running
+    running.stop()
+
+
+# --- what runs inside the world: logins made by mirror's own AcrLogin ----------------------------------------------
+
+
+def logins(ready_path: str, specs: str) -> list[dict[str, Any]]:
+    """One AcrLogin per spec (`credentials`, `env`, `attempts`, `timeout`), one after another, each with its own
+    environment; how each ended and the backoff it asked for (recorded: no sleep)."""
+    return [asyncio.run(_login(json.loads(Path(ready_path).read_text()), spec)) for spec in json.loads(specs)]
+
+
+async def _login(ready: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    from mirror.aliyun.login import AcrLogin, LoginError, LoginOptions
+    from mirror.registry.retry import RetryPolicy
+
+    for name in IDENTITY_VARIABLES:  # the spec's identity only (the SDK reads its switches once, at its import)
+        os.environ.pop(name, None)
+    os.environ.update(spec.get("env", {}))
+    retry = RetryPolicy(attempts=spec.get("attempts", 4), base_delay=0.01, max_delay=0.01, max_elapsed=120)
+    timeout = spec.get("timeout", 30)
+    options = LoginOptions(HOST, ready["region"], spec["credentials"], ready["instance_id"], None, timeout, retry)
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    login = AcrLogin(options, sleep=sleep)
+    try:
+        credentials = await login(None)
+    except LoginError as exc:
+        return {"ok": False, "message": str(exc), "kind": exc.kind.name, "code": exc.code, "waits": waits}
+    return {"ok": True, "username": credentials.username, "waits": waits}
+
+
+def _key_env(ready: dict[str, Any], which: str) -> dict[str, str]:
+    key = ready["access_keys"][which]
+    env = {
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": key["access_key_id"],
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": key["access_key_secret"],
+    }
+    if "security_token" in key:
+        env["ALIBABA_CLOUD_SECURITY_TOKEN"] = key["security_token"]
+    return env
+
+
+def _rrsa_env(ready: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in ready["env"].items() if k in IDENTITY_VARIABLES}
+
+
+def _outcomes(calls: list[dict[str, Any]]) -> list[str]:
+    return [call["outcome"] for call in calls]
+
+
+# --- mirror's CLI in the world --------------------------------------------------------------------------------------
+
+
+def config(world: AliyunWorld, tmp_path: Path, namespace: str = "hami-system", **login: Any) -> Path:
+    source = world.ready["source"]
+    data = {
+        "source": {"registry": source["host"]},
+        "targets": [{"name": "hz", "registry": HOST, "namespace": namespace}],
+        "images": [{"name": "hami", "source": source["repository"]}],
+        "registries": {source["host"]: {"plain_http": True}, HOST: {"aliyun": login}},
+        "output_dir": str(tmp_path / "out"),
+        "state_dir": str(tmp_path / "state"),
+        "values": {"unmirrored": "warn"},
+        "retry": {"base_delay": 0.05, "max_delay": 0.5, "max_elapsed": 30},
+    }
+    path = tmp_path / "mirror.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def sync(world: AliyunWorld, tmp_path: Path, path: Path, env: dict[str, str], *args: str) -> Any:
+    return world.run(
+        sys.executable, "-m", "mirror", "sync", "v2.10.0", "--config", str(path), *args, "--json", cwd=tmp_path, env=env
+    )
+
+
+def mirror_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("mirror: ")]
+
+
+# --- the tests ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "world",
+    [{"sts_faults": ["503", "throttling", "drop"], "openapi_faults": ["503", "throttling:1500", "drop", "502-html"]}],
+    indirect=True,
+)
+def test_passing_failures_at_sts_and_the_openapi_are_tried_again_until_the_login_comes(world: AliyunWorld) -> None:
+    """RRSA's exchange at STS meets a 503, throttling and a dropped connection; GetAuthorizationToken a 503,
+    throttling with the gateway's wait (1.5 s), a dropped connection and the load balancer's 502 page: each is
+    tried again, the gateway's wait taken as given, and the login comes."""
+    spec = {"credentials": "oidc_role_arn", "env": _rrsa_env(world.ready), "attempts": 10}
+    [result] = world.inside("logins", json.dumps([spec]), module=MODULE)
+    summary = world.stop()
+
+    assert result["ok"] is True, result
+    assert result["username"] == world.ready["temp_username"]
+    assert _outcomes(summary["sts_calls"]) == ["fault:503", "fault:throttling", "fault:drop", "ok"]
+    tokens = [call for call in summary["openapi_calls"] if call["action"] == "GetAuthorizationToken"]
+    assert _outcomes(tokens) == ["fault:503", "fault:throttling:1500", "fault:drop", "fault:502-html", "success"]
+    assert len(result["waits"]) == 7 and result["waits"][4] == 1.5  # the fifth failure: the gateway's wait
+    assert max(result["waits"][:4] + result["waits"][5:]) <= 0.01  # the others: the policy's backoff
+    assert summary["leaks"] == []
+
+
+@pytest.mark.parametrize("world", [{"openapi_faults": ["503"] * 3 + ["throttling:600000", "503"]}], indirect=True)
+def test_a_lasting_failure_is_unavailable_after_a_few_tries_and_a_refusal_is_not_tried_again(
+    world: AliyunWorld,
+) -> None:
+    """Three 503s in a row end the login as unavailable (a passing failure: the run may try it again later),
+    after three tries; a gateway asking to wait ten minutes is not waited for; a RAM refusal after a 503 is an
+    authentication failure at once, not tried again."""
+    ready = world.ready
+    with_permission = {"credentials": "access_key", "env": _key_env(ready, "with_permission"), "attempts": 3}
+    without = {"credentials": "access_key", "env": _key_env(ready, "without_permission"), "attempts": 3}
+    lasting, waited, refused = world.inside("logins", json.dumps([with_permission] * 2 + [without]), module=MODULE)
+    summary = world.stop()
+
+    assert lasting["ok"] is False and lasting["kind"] == "UNAVAILABLE" and len(lasting["waits"]) == 2
+    assert "ServiceUnavailable" in lasting["message"] and "(3 tries)" in lasting["message"], lasting
+    assert waited["ok"] is False and waited["kind"] == "UNAVAILABLE" and waited["waits"] == []
+    assert "asked to wait 600 s" in waited["message"], waited
+    assert refused["ok"] is False and refused["kind"] == "AUTH" and refused["code"] == "Forbidden.RAM", refused
+    assert "cr:GetAuthorizationToken" in refused["message"] and len(refused["waits"]) == 1
+    outcomes = _outcomes(summary["openapi_calls"])
+    assert outcomes == ["fault:503"] * 3 + ["fault:throttling:600000", "fault:503", "Forbidden.RAM"]
+    assert summary["leaks"] == []
+
+
+@pytest.mark.parametrize("world", [{"openapi_faults": ["503", "drop"]}], indirect=True)
+def test_a_blip_at_the_openapi_does_not_fail_the_run(tmp_path: Path, world: AliyunWorld) -> None:
+    """`mirror sync` whose first OpenAPI calls (the namespace's look-up) meet a 503 and a dropped connection: the
+    run copies and verifies the image as if nothing had happened."""
+    path = config(world, tmp_path, credentials="access_key", instance_id=world.ready["instance_id"])
+    done = sync(world, tmp_path, path, _key_env(world.ready, "with_permission"))
+    assert done.returncode == 0, done.stderr
+    (image,) = json.loads(done.stdout)["images"]
+    assert image["targets"][0]["verified"] is True
+    summary = world.stop()
+    calls = summary["openapi_calls"]
+    assert [(call["action"], call["outcome"]) for call in calls[:3]] == [
+        ("GetNamespace", "fault:503"),
+        ("GetNamespace", "fault:drop"),
+        ("GetNamespace", "success"),
+    ]
+    assert summary["leaks"] == []
+
+
+def test_temporary_sts_keys_exported_for_access_key_are_signed_with_their_token(
+    tmp_path: Path, world: AliyunWorld
+) -> None:
+    """A CI job exports STS keys (ALIBABA_CLOUD_ACCESS_KEY_ID/SECRET and ALIBABA_CLOUD_SECURITY_TOKEN) with
+    `credentials: access_key`: every OpenAPI call carries the token, and the run goes through."""
+    env = _key_env(world.ready, "sts")
+    done = sync(world, tmp_path, config(world, tmp_path, credentials="access_key"), env)
+    assert done.returncode == 0, done.stderr
+    summary = world.stop()
+    assert summary["openapi_calls"], summary
+    for call in summary["openapi_calls"]:
+        assert call["outcome"] == "success" and call["credential"] == "sts", call
+        assert call["principal"] == "assumed-role/mirror-acr/ci-job" and call["signature_verified"] is True
+    assert summary["leaks"] == []
+    for secret in (env["ALIBABA_CLOUD_ACCESS_KEY_SECRET"], env["ALIBABA_CLOUD_SECURITY_TOKEN"]):
+        assert secret not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("world", [{"sts_faults": ["stall"], "metadata_faults": ["stall"]}], indirect=True)
+def test_the_timeout_reaches_sts_and_the_ecs_metadata_service(world: AliyunWorld) -> None:
+    """`timeout: 3` bounds the SDKs' own calls to STS (RRSA) and to ECS's metadata service, which answer nothing:
+    each gives up after its 3 s (the libraries' own defaults are 10 s and 1 s) and says so. The ECS role then
+    logs in through the world's metadata service."""
+    ready = world.ready
+    rrsa = {"credentials": "oidc_role_arn", "env": _rrsa_env(ready), "attempts": 1, "timeout": 3}
+    ecs = {"credentials": "ecs_ram_role", "attempts": 1, "timeout": 3}
+    switches = {"ALIBABA_CLOUD_ECS_METADATA_DISABLED": "false", "ALIBABA_CLOUD_IMDSV1_DISABLED": "true"}
+    results = world.inside("logins", json.dumps([rrsa, ecs, {**ecs, "timeout": 30}]), env=switches, module=MODULE)
+    sts, metadata, ecs_role = results
+    summary = world.stop()
+
+    assert sts["ok"] is False and sts["kind"] == "UNAVAILABLE", sts
+    assert "read timeout=3" in sts["message"] and "sts-vpc.cn-hangzhou.aliyuncs.com" in sts["message"], sts
+    assert metadata["ok"] is False and metadata["kind"] == "UNAVAILABLE", metadata
+    assert "read timeout=3" in metadata["message"] and "100.100.100.200" in metadata["message"], metadata
+    assert ecs_role["ok"] is True, ecs_role
+    assert _outcomes(summary["sts_calls"]) == ["fault:stall"]
+    assert _outcomes(summary["metadata_requests"])[0] == "fault:stall"
+    [call] = summary["openapi_calls"]
+    assert call["principal"].startswith("assumed-role/mirror-ecs/") and call["credential"] == "sts"
+    assert summary["leaks"] == []
+
+
+@pytest.mark.parametrize("world", [{"manual_namespace": "by-hand"}], indirect=True)
+def test_a_namespace_that_creates_no_repositories_is_said_before_the_push_it_refuses(
+    tmp_path: Path, world: AliyunWorld
+) -> None:
+    """A namespace with automatic repository creation off refuses a push into a repository not made beforehand
+    with a bare DENIED: the run says which setting to turn on before it pushes (repositories made by hand still
+    take theirs, so it is not refused up front), and mirror does not change a namespace it did not make."""
+    env = _key_env(world.ready, "with_permission")
+    for provision in (False, True):
+        path = config(world, tmp_path, namespace="by-hand", credentials="access_key", provision=provision)
+        done = sync(world, tmp_path, path, env)
+        assert done.returncode == 1, done.stderr  # the repository was not made by hand: the push is refused
+        said = done.stderr[: done.stderr.index("\nmirror: v2.10.0 hami -> hz")]  # said before the refusal
+        assert "namespace by-hand" in said and '"automatically create repository"' in said, done.stderr
+        assert "UpdateNamespace" in said and "--AutoCreateRepo true" in said, done.stderr
+    summary = world.stop()
+    actions = {call["action"] for call in summary["openapi_calls"]}
+    assert "CreateNamespace" not in actions and "UpdateNamespace" not in actions
+    assert summary["namespaces"]["by-hand"]["auto_create_repo"] is False
