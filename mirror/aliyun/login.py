@@ -28,9 +28,8 @@ from typing import Any, TypeVar
 from mirror.acr import instance_of
 from mirror.errors import Kind
 from mirror.registry.credentials import CredentialError, Credentials
-from mirror.registry.retry import RetryPolicy
+from mirror.registry.retry import RetryPolicy, retry_step
 
-log = logging.getLogger("mirror")
 T = TypeVar("T")
 MAX_MESSAGE = 300
 RRSA_VARIABLES = ("ALIBABA_CLOUD_ROLE_ARN", "ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "ALIBABA_CLOUD_OIDC_TOKEN_FILE")
@@ -216,17 +215,22 @@ class AcrLogin:
         """One SDK call in a worker thread, bounded; tried again after a passing failure under the login's retry
         policy (a wait the service asked for honoured, or the call given up when it is past the policy's time);
         its exceptions as one line."""
-        policy, started, attempt = self.options.retry, time.monotonic(), 1
-        while True:
-            try:
-                return await self._attempt(call)
-            except LoginError as exc:
-                delay = policy.backoff(attempt, exc.retry_after)
-                if not exc.transient or not policy.allows(attempt, started, delay):
-                    raise (exc if attempt == 1 else exc.tried(attempt)) from None
-                log.info("retrying in %.1f s (try %d of %d): %s", delay, attempt + 1, policy.attempts, exc)
-            await self.sleep(delay)
-            attempt += 1
+        tries = 0
+
+        async def attempt(number: int) -> T:
+            nonlocal tries
+            tries = number
+            return await self._attempt(call)
+
+        def passing(exc: Exception) -> bool:
+            return isinstance(exc, LoginError) and exc.transient
+
+        try:
+            return await retry_step(
+                self.options.retry, attempt, passing, f"ACR login for {self.options.host}", self.sleep
+            )
+        except LoginError as exc:
+            raise (exc if tries == 1 else exc.tried(tries)) from None
 
     async def _attempt(self, call: Callable[[], T]) -> T:
         try:

@@ -165,7 +165,8 @@ async def retry_step(
     progress: Callable[[], int] | None = None,
 ) -> T:
     """Run a whole step again (a new upload session, a fresh read of the source) while `should_retry`
-    says the failure was transient and the policy allows. `step` gets the attempt number.
+    says the failure was transient and the policy allows. `step` gets the attempt number. A failure that carries
+    the wait its service asked for (`retry_after`, seconds) is waited that long.
 
     `progress`, if given, counts what the step got done so far (a blob's bytes read). An attempt that moved it
     restarts the policy's clock as it fails: `max_elapsed` bounds the time spent failing and waiting since the
@@ -180,7 +181,7 @@ async def retry_step(
         except Exception as exc:
             if progress is not None and progress() != done:
                 started = time.monotonic()
-            delay = policy.backoff(attempt)
+            delay = policy.backoff(attempt, getattr(exc, "retry_after", None))
             if not should_retry(exc) or not policy.allows(attempt, started, delay):
                 raise
             log.info("retrying %s in %.1f s: %s", what, delay, exc)
