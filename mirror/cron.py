@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mirror.untrusted import is_number
+
 if TYPE_CHECKING:
     from apscheduler.triggers.base import BaseTrigger
 
@@ -80,7 +82,7 @@ def _weekday(text: str) -> int:
 
 
 def _number(text: str, what: str) -> int:
-    if not (text.isascii() and text.isdigit()):
+    if not is_number(text):
         raise CronError(f"{what} {text!r} is not a number")
     return int(text)
 

@@ -90,14 +90,13 @@ def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None
         asyncio.run(notify(settings.notify, events))
 
 
-def tell_on_call_stopped(settings: MirrorSettings, versions: list[str], stopped: MirrorError) -> None:
+def tell_on_call_stopped(settings: MirrorSettings, versions: list[str], error: MirrorError) -> None:
     """A run that stopped before any release's result (discovery failed, a login refused, the output not
     writable) as one failure message: a CronJob's failing runs would otherwise say nothing to the channel."""
-    from mirror.notify.events import Failed, Failure
+    from mirror.notify.events import stopped
     from mirror.notify.send import notify
 
-    failure = Failure("run", "mirror sync", str(stopped))
-    asyncio.run(notify(settings.notify, [Failed(", ".join(versions) or "discovery", (failure,))]))
+    asyncio.run(notify(settings.notify, [stopped(versions, "run", "mirror sync", str(error))]))
 
 
 def print_files(results: list[ReleaseResult]) -> None:

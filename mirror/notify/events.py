@@ -64,6 +64,11 @@ class Drifted:
 Event = Mirrored | Failed | Drifted
 
 
+def stopped(versions: list[str] | None, what: str, where: str, reason: str) -> Failed:
+    """A run or a job that ended before any release's result, as one failure of its releases (or discovery's)."""
+    return Failed(", ".join(versions or []) or "discovery", (Failure(what, where, reason),))
+
+
 def events_of(results: list[ReleaseResult], values_link: str | None = None) -> list[Event]:
     """The run's events, releases in order, then its drift. `values_link` (the service's job URL) stands for the
     values paths."""

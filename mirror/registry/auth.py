@@ -115,7 +115,7 @@ class RegistryAuth(httpx.Auth):
             return self._credentials_loaded
         if current is refused:
             return False
-        return not current.due_for_renewal(now) or (now < self._renew_after and _valid(current, now))
+        return not current.due_for_renewal(now) or (now < self._renew_after and not current.lapsed(now))
 
     async def _load(self, refused: Credentials | None = None) -> Credentials | None:
         """Ask the credential source, for this caller and for every caller that comes while it answers. An early
@@ -127,7 +127,7 @@ class RegistryAuth(httpx.Auth):
             credentials = await self._load_credentials(self._bearer[1] if self._bearer else None)
         except Exception as exc:
             kept = self._credentials
-            if kept is not None and kept is not refused and _valid(kept, time.time()):
+            if kept is not None and kept is not refused and not kept.lapsed(time.time()):
                 self._renew_after = time.time() + RENEWAL_RETRY_SECONDS
                 log.warning("%s: renewing the login failed (%s); kept the one in hand", self.host, exc)
                 loading.set_result(kept)
@@ -318,11 +318,6 @@ def _refusal(status: int) -> bool:
 def _asked_anew(credentials: Credentials) -> bool:
     """May the credentials' source answer anew once the realm refused them?"""
     return credentials.expires_at is not None or credentials.renewable
-
-
-def _valid(credentials: Credentials, now: float) -> bool:
-    """Not lapsed: a login with no end, or one whose end is still ahead."""
-    return credentials.expires_at is None or now < credentials.expires_at
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -51,6 +51,10 @@ class Credentials:
         lifetime = self.expires_at - (self.issued_at if self.issued_at is not None else self.expires_at)
         return now >= self.expires_at - max(lifetime, 0.0) / 4
 
+    def lapsed(self, now: float) -> bool:
+        """A temporary login past its end (one with no end never lapses)."""
+        return self.expires_at is not None and now >= self.expires_at
+
     def basic_header(self) -> str:
         token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode("ascii")
         return f"Basic {token}"

@@ -223,15 +223,14 @@ class JobRunner:
         recorded its outcome, and never holding up the next job."""
         if not self.settings.notify.channels:
             return
-        from mirror.notify.events import Failed, Failure, events_of
+        from mirror.notify.events import events_of, stopped
         from mirror.notify.send import notify
 
         public = self.settings.notify.public_url
         link = f"{public}/jobs/{job['id']}" if public else None
         events = events_of(results, link)
         if error:
-            releases = ", ".join(job.get("versions") or ["discovery"])
-            events.append(Failed(releases, (Failure(f"job {job['id']}", link or "mirror serve", str(error)),)))
+            events.append(stopped(job.get("versions"), f"job {job['id']}", link or "mirror serve", str(error)))
         if events:
             task: asyncio.Task[object] = asyncio.ensure_future(notify(self.settings.notify, events))
             self._announcing.add(task)
