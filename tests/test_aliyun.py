@@ -58,11 +58,15 @@ def rrsa(world: AliyunWorld) -> dict[str, str]:
 
 
 def access_key(world: AliyunWorld, which: str = "with_permission") -> dict[str, str]:
+    """The AccessKey pair's variables; with temporary STS keys (a CI job's), their security token too."""
     key = world.ready["access_keys"][which]
-    return {
+    env = {
         "ALIBABA_CLOUD_ACCESS_KEY_ID": key["access_key_id"],
         "ALIBABA_CLOUD_ACCESS_KEY_SECRET": key["access_key_secret"],
     }
+    if "security_token" in key:
+        env["ALIBABA_CLOUD_SECURITY_TOKEN"] = key["security_token"]
+    return env
 
 
 def test_rrsa_end_to_end_sync_and_discover_with_no_stored_secret(tmp_path: Path, world: AliyunWorld) -> None:

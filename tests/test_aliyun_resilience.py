@@ -12,17 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from tests.test_aliyun import HOST, access_key, config, mirror
 from tests.test_aliyun_world import AliyunWorld, start_world
 
-HOST = "mirror-test-registry.cn-hangzhou.cr.aliyuncs.com"
 MODULE = "tests.test_aliyun_resilience"
 IDENTITY_VARIABLES = (
     "ALIBABA_CLOUD_ACCESS_KEY_ID",
@@ -75,17 +73,6 @@ async def _login(ready: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "username": credentials.username, "waits": waits}
 
 
-def _key_env(ready: dict[str, Any], which: str) -> dict[str, str]:
-    key = ready["access_keys"][which]
-    env = {
-        "ALIBABA_CLOUD_ACCESS_KEY_ID": key["access_key_id"],
-        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": key["access_key_secret"],
-    }
-    if "security_token" in key:
-        env["ALIBABA_CLOUD_SECURITY_TOKEN"] = key["security_token"]
-    return env
-
-
 def _rrsa_env(ready: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in ready["env"].items() if k in IDENTITY_VARIABLES}
 
@@ -95,33 +82,6 @@ def _outcomes(calls: list[dict[str, Any]]) -> list[str]:
 
 
 # --- mirror's CLI in the world --------------------------------------------------------------------------------------
-
-
-def config(world: AliyunWorld, tmp_path: Path, namespace: str = "hami-system", **login: Any) -> Path:
-    source = world.ready["source"]
-    data = {
-        "source": {"registry": source["host"]},
-        "targets": [{"name": "hz", "registry": HOST, "namespace": namespace}],
-        "images": [{"name": "hami", "source": source["repository"]}],
-        "registries": {source["host"]: {"plain_http": True}, HOST: {"aliyun": login}},
-        "output_dir": str(tmp_path / "out"),
-        "state_dir": str(tmp_path / "state"),
-        "values": {"unmirrored": "warn"},
-        "retry": {"base_delay": 0.05, "max_delay": 0.5, "max_elapsed": 30},
-    }
-    path = tmp_path / "mirror.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def sync(world: AliyunWorld, tmp_path: Path, path: Path, env: dict[str, str], *args: str) -> Any:
-    return world.run(
-        sys.executable, "-m", "mirror", "sync", "v2.10.0", "--config", str(path), *args, "--json", cwd=tmp_path, env=env
-    )
-
-
-def mirror_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("mirror: ")]
 
 
 # --- the tests ------------------------------------------------------------------------------------------------------
@@ -157,9 +117,8 @@ def test_a_lasting_failure_is_unavailable_after_a_few_tries_and_a_refusal_is_not
     """Three 503s in a row end the login as unavailable (a passing failure: the run may try it again later),
     after three tries; a gateway asking to wait ten minutes is not waited for; a RAM refusal after a 503 is an
     authentication failure at once, not tried again."""
-    ready = world.ready
-    with_permission = {"credentials": "access_key", "env": _key_env(ready, "with_permission"), "attempts": 3}
-    without = {"credentials": "access_key", "env": _key_env(ready, "without_permission"), "attempts": 3}
+    with_permission = {"credentials": "access_key", "env": access_key(world), "attempts": 3}
+    without = {"credentials": "access_key", "env": access_key(world, "without_permission"), "attempts": 3}
     lasting, waited, refused = world.inside("logins", json.dumps([with_permission] * 2 + [without]), module=MODULE)
     summary = world.stop()
 
@@ -179,7 +138,7 @@ def test_a_blip_at_the_openapi_does_not_fail_the_run(tmp_path: Path, world: Aliy
     """`mirror sync` whose first OpenAPI calls (the namespace's look-up) meet a 503 and a dropped connection: the
     run copies and verifies the image as if nothing had happened."""
     path = config(world, tmp_path, credentials="access_key", instance_id=world.ready["instance_id"])
-    done = sync(world, tmp_path, path, _key_env(world.ready, "with_permission"))
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=access_key(world))
     assert done.returncode == 0, done.stderr
     (image,) = json.loads(done.stdout)["images"]
     assert image["targets"][0]["verified"] is True
@@ -198,8 +157,10 @@ def test_temporary_sts_keys_exported_for_access_key_are_signed_with_their_token(
 ) -> None:
     """A CI job exports STS keys (ALIBABA_CLOUD_ACCESS_KEY_ID/SECRET and ALIBABA_CLOUD_SECURITY_TOKEN) with
     `credentials: access_key`: every OpenAPI call carries the token, and the run goes through."""
-    env = _key_env(world.ready, "sts")
-    done = sync(world, tmp_path, config(world, tmp_path, credentials="access_key"), env)
+    env = access_key(world, "sts")
+    done = mirror(
+        world, tmp_path, "sync", "v2.10.0", "--config", str(config(world, tmp_path, credentials="access_key")), env=env
+    )
     assert done.returncode == 0, done.stderr
     summary = world.stop()
     assert summary["openapi_calls"], summary
@@ -243,10 +204,10 @@ def test_a_namespace_that_creates_no_repositories_is_said_before_the_push_it_ref
     """A namespace with automatic repository creation off refuses a push into a repository not made beforehand
     with a bare DENIED: the run says which setting to turn on before it pushes (repositories made by hand still
     take theirs, so it is not refused up front), and mirror does not change a namespace it did not make."""
-    env = _key_env(world.ready, "with_permission")
+    env = access_key(world)
     for provision in (False, True):
         path = config(world, tmp_path, namespace="by-hand", credentials="access_key", provision=provision)
-        done = sync(world, tmp_path, path, env)
+        done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=env)
         assert done.returncode == 1, done.stderr  # the repository was not made by hand: the push is refused
         said = done.stderr[: done.stderr.index("\nmirror: v2.10.0 hami -> hz")]  # said before the refusal
         assert "namespace by-hand" in said and '"automatically create repository"' in said, done.stderr

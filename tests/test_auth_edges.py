@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mirror.demo.serving import serve
 from mirror.errors import MirrorError
 from mirror.registry import RegistryClient
 from mirror.registry.auth import RegistryAuth
@@ -68,14 +69,8 @@ def challenging_registry(realm: str) -> Iterator[str]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve(Handler) as server:
         yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_silent_token_realm_is_timed_out_and_retried_not_held_to_the_deadline() -> None:
