@@ -227,6 +227,19 @@ def test_the_shipped_config_discovers_releases_at_docker_hub(tmp_path: Path, wor
     assert not requests(acr, "PUT", "manifests/v2.5.0") and not requests(acr, "PUT", "rc.1")
 
 
+def test_acr_written_with_capitals_and_its_port_gets_its_credentials(tmp_path: Path, world: World) -> None:
+    """A host as people paste it (`Registry.CN-Hangzhou.Aliyuncs.com:443`): httpx writes a request's origin in
+    lower case without the default port, and the registry's 401s went unanswered; over TLS at ACR's real name."""
+    config = shipped_config(tmp_path)
+    written = "Registry.CN-Hangzhou.Aliyuncs.com:443"
+    config.write_text(config.read_text().replace("registry.cn-hangzhou.aliyuncs.com", written))
+    env = {"ACR_PASSWORD": ACR_USER[1]}
+    done = world.mirror("sync", "v2.10.0", "--config", str(config), "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert all(image["targets"][0]["verified"] for image in json.loads(done.stdout)["images"])
+    assert ACR_USER[1] not in done.stdout + done.stderr
+
+
 def test_the_aliases_reach_the_same_api_host(tmp_path: Path, world: World) -> None:
     config = shipped_config(tmp_path)
     data = yaml.safe_load(config.read_text())
