@@ -73,6 +73,68 @@ def test_a_streamed_put_longer_than_the_retry_budget_is_sent_again_after_a_reset
     assert blob_exists(target, "mirrored/layer", digest)
 
 
+def test_a_chunked_upload_reset_more_often_than_the_attempts_goes_on_while_each_resume_gets_further(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    """A link that resets every second chunk: five resets against three attempts. Each resume gets the registry
+    to confirm one more chunk, so none of them counts against the attempts; the upload failed at the third."""
+    size = 12 * MiB  # six chunks of 2 MiB
+    digest = large_image(source, size)
+    # the 2nd, 4th, 6th, 8th and 10th PATCH sent is dropped after 1 MiB: each fault counts the PATCHes the ones
+    # before it let through
+    resets = [
+        Fault("drop_request", method="PATCH", path=r"/blobs/uploads/", skip=n, after_bytes=MiB) for n in range(1, 6)
+    ]
+    target_proxy.add(*resets)
+
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=CHUNKED, retry=BUDGET) == 0
+
+    assert [fault.applied for fault in resets] == [1, 1, 1, 1, 1]
+    asked = [e for e in layer_requests(target_proxy, "GET", digest) if e.status == 204]
+    assert len(asked) == 5  # "how much arrived?" after each reset, then on from there
+    assert target_proxy.request_bytes["PATCH"] == size  # every chunk reached the registry once
+    patches = [e for e in target.access_log() if e.method == "PATCH"]
+    assert len(patches) == 6 and len({upload_uuid(e.path) for e in patches}) == 1  # one session throughout
+    assert blob_exists(target, "mirrored/layer", digest)
+
+
+def test_a_chunked_upload_whose_resumes_get_no_further_is_still_bounded_by_the_attempts(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    """Every PATCH after the first chunk is dropped: the first try, which got a chunk confirmed, is free; the
+    resumes confirm nothing more, so three attempts are all they get, and the image fails rather than retrying
+    for ever."""
+    digest = large_image(source, 12 * MiB)
+    stuck = Fault("drop_request", method="PATCH", path=r"/blobs/uploads/", skip=1, count=100, after_bytes=MiB)
+    target_proxy.add(stuck)
+
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=CHUNKED, retry=BUDGET) == 1
+
+    assert stuck.applied == 1 + BUDGET["attempts"]
+    assert not blob_exists(target, "mirrored/layer", digest)
+
+
+async def test_an_attempt_that_secures_more_costs_no_attempt_and_one_that_secures_nothing_does() -> None:
+    """Three attempts allowed: two failures that each secure more are free, then three that secure nothing
+    end it, six tries in all; the mark that counts is the highest yet, not any change."""
+    marks = iter([1, 2, 1, 2, 2, 2])  # after each failed try: higher, higher, lower, then level
+    mark = [0]
+    tries: list[int] = []
+
+    async def step(attempt: int) -> None:
+        tries.append(attempt)
+        mark[0] = next(marks)
+        raise TimeoutError("reset")
+
+    async def no_wait(delay: float) -> None:
+        pass
+
+    policy = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0, max_elapsed=60.0)
+    with pytest.raises(TimeoutError):
+        await retry_step(policy, step, lambda exc: True, "a step", no_wait, secured=lambda: mark[0])
+    assert tries == [1, 2, 3, 4, 5]
+
+
 class FakeClock:
     """Stands for the `time` module in registry/retry.py alone (the event loop keeps the real clock)."""
 

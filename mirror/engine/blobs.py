@@ -179,11 +179,17 @@ class TargetBlobs:
         # One retry loop for every way a blob goes up: a streamed PUT cannot be replayed, so a transient
         # failure restarts it with a new session (its POST also gets a fresh token if the old one was
         # refused) and a fresh read of the source; a chunked upload resumes its session instead. Bytes read
-        # are progress: the policy's time budget counts from the last attempt that moved some.
+        # are progress: the policy's time budget counts from the last attempt that moved some. An attempt
+        # that got the registry to confirm more of a chunked upload than ever before costs no attempt.
         where = f"blob {blob.digest} to {self.client.where(repository)}"
         try:
             outcome = await retry_step(
-                self.policy, transfer.attempt, is_transient, where, progress=lambda: counted.read
+                self.policy,
+                transfer.attempt,
+                is_transient,
+                where,
+                progress=lambda: counted.read,
+                secured=transfer.confirmed,
             )
         except (Exception, asyncio.CancelledError) as exc:
             await transfer.abandon(cancelled=isinstance(exc, asyncio.CancelledError))
@@ -202,6 +208,11 @@ class _BlobTransfer:
         self.repository = repository
         self.upload = upload
         self.chunked: ChunkedUpload | None = None  # what a chunked upload's registry confirmed
+
+    def confirmed(self) -> int:
+        """Whole chunks of a chunked upload the registry confirmed holding: what the next attempt resumes from.
+        Counted in chunks, so an attempt is free only for a chunk's worth more, never for a few bytes."""
+        return self.chunked.offset // self.chunked.chunk_size if self.chunked is not None else 0
 
     async def attempt(self, number: int) -> BlobOutcome:
         self.blobs.shutdown.check()

@@ -163,6 +163,7 @@ async def retry_step(
     what: str,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     progress: Callable[[], int] | None = None,
+    secured: Callable[[], int] | None = None,
 ) -> T:
     """Run a whole step again (a new upload session, a fresh read of the source) while `should_retry`
     says the failure was transient and the policy allows. `step` gets the attempt number. A failure that carries
@@ -171,9 +172,15 @@ async def retry_step(
     `progress`, if given, counts what the step got done so far (a blob's bytes read). An attempt that moved it
     restarts the policy's clock as it fails: `max_elapsed` bounds the time spent failing and waiting since the
     step last made progress, not the time a long transfer takes (a layer of a few hundred MB over a slow link
-    takes the whole default budget to send). Attempts are counted as ever, progress or not."""
+    takes the whole default budget to send).
+
+    `secured`, if given, says how far the step has got that the next attempt keeps (a chunked upload's offset the
+    registry confirmed). An attempt that took it past every earlier one is not counted against `attempts`: a
+    long upload over a link that resets every few minutes goes on while each resume gets further. It stays
+    bounded as long as the mark is: a blob's confirmed chunks."""
     started = time.monotonic()
-    attempt = 1
+    attempt, failed = 1, 0
+    best = secured() if secured is not None else 0
     while True:
         done = progress() if progress is not None else 0
         try:
@@ -181,8 +188,12 @@ async def retry_step(
         except Exception as exc:
             if progress is not None and progress() != done:
                 started = time.monotonic()
-            delay = policy.backoff(attempt, getattr(exc, "retry_after", None))
-            if not should_retry(exc) or not policy.allows(attempt, started, delay):
+            if secured is not None and secured() > best:
+                best = secured()
+            else:
+                failed += 1
+            delay = policy.backoff(max(failed, 1), getattr(exc, "retry_after", None))
+            if not should_retry(exc) or not policy.allows(failed, started, delay):
                 raise
             log.info("retrying %s in %.1f s: %s", what, delay, exc)
         await sleep(delay)
