@@ -20,6 +20,7 @@ if [ "${1:-}" = "--tests" ]; then  # what only the test suite needs (scripts/tes
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the status page, tested in a real headless browser
   command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
   command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)  # a real forward proxy for HTTPS_PROXY's tests
+  command -v microsocks >/dev/null 2>&1 || missing+=(microsocks)  # a real SOCKS5 proxy for socks5:// HTTPS_PROXY
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get" >&2

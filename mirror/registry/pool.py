@@ -27,6 +27,7 @@ import httpx
 from mirror.registry.http11 import Http11Connection, Origin, Timeouts
 from mirror.registry.proxy import DIRECT, Proxy, ProxyRouting, ProxyRules, open_tunnel
 from mirror.registry.sockets import SocketBackend, SocketStream
+from mirror.registry.socks import open_socks_tunnel
 from mirror.registry.tls import tls_context
 
 DEFAULT_PORTS = {b"http": 80, b"https": 443}
@@ -54,9 +55,11 @@ def http2_transport(limits: httpx.Limits, verify: bool, proxies: ProxyRules) -> 
 
     def transport(proxy: Proxy | None) -> httpx.AsyncHTTPTransport:
         through = None
-        if proxy is not None:  # from its parts: the login goes as a header, never through httpx's URL parsing
+        if proxy is not None and proxy.socks:
+            through = httpx.Proxy(proxy.url, auth=proxy.login)
+        elif proxy is not None:  # from its parts: the login goes as a header, never through httpx's URL parsing
             login = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
-            through = httpx.Proxy(f"http://{proxy}", headers=login)
+            through = httpx.Proxy(proxy.url, headers=login)
         context = tls_context(verify, http2=True)
         return httpx.AsyncHTTPTransport(limits=limits, verify=context, http2=True, proxy=through)
 
@@ -175,7 +178,8 @@ class ConnectionPool:
     async def _connected(self, origin: Origin, connect_timeout: float | None) -> tuple[SocketStream, Proxy | None]:
         """A stream to `origin`: straight there, else to the proxy the rules name for it, through its CONNECT
         tunnel for HTTPS; a plain-HTTP origin's requests are sent to the proxy whole (the proxy returned with the
-        stream), as Go's client and curl send them: proxies commonly allow CONNECT to port 443 only."""
+        stream), as Go's client and curl send them: proxies commonly allow CONNECT to port 443 only. A SOCKS5
+        proxy's tunnel carries every origin."""
         host, port = origin.host.decode("ascii"), origin.port
         proxy = self._proxies.for_origin(origin.scheme.decode("ascii"), host, port)
         if proxy is None:
@@ -184,10 +188,10 @@ class ConnectionPool:
             stream = await self._backend.connect_tcp(proxy.host, proxy.port, timeout=connect_timeout)
         except httpx.ConnectError as error:  # the system's words do not say which address refused
             raise type(error)(f"proxy {proxy}: {error}") from error
-        if origin.scheme == b"http":
+        if origin.scheme == b"http" and not proxy.socks:
             return stream, proxy
         try:
-            await open_tunnel(stream, proxy, host, port, connect_timeout)
+            await (open_socks_tunnel if proxy.socks else open_tunnel)(stream, proxy, host, port, connect_timeout)
         except BaseException:
             stream.close()
             raise

@@ -28,7 +28,10 @@ from mirror.registry.sockets import SocketStream
 from mirror.untrusted import clip, is_number
 
 MAX_ANSWER_BYTES = 16 * 1024  # a proxy's answer to CONNECT: a status line and a few headers
-DEFAULT_PORT = 80  # of an `http://` proxy URL without one, as Go's client reads it
+# The schemes a proxy URL may have, each with the port of a URL without one, as Go's client reads them. Go reads
+# `socks5h://` as `socks5://`: the proxy is given the origin's name, which it resolves
+SCHEMES = {"http": 80, "socks5": 1080, "socks5h": 1080}
+MAX_SOCKS_FIELD = 255  # bytes of a SOCKS5 user name or password (RFC 1929: one length byte)
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")  # what a refusal may repeat of the value: a scheme's name
 # Beside any 5xx (the proxy could not reach the origin: 502-504, tinyproxy's 500), the answers that say "again
 # later": each is a failed connection, tried again
@@ -47,9 +50,16 @@ class Proxy:
     host: str
     port: int
     authorization: str | None = field(default=None, repr=False)  # the Proxy-Authorization header's value
+    socks: bool = False  # a SOCKS5 proxy (socks.py): a tunnel for every origin, plain-HTTP ones too
+    login: tuple[str, str] | None = field(default=None, repr=False)  # a SOCKS5 proxy's user and password
 
     def __str__(self) -> str:
         return f"{_bracketed(self.host)}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The proxy's URL without its login, for httpx's own transport (HTTP/2 hosts)."""
+        return f"{'socks5' if self.socks else 'http'}://{self}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +103,16 @@ def _variable(environ: Mapping[str, str], name: str) -> tuple[str, str] | None:
 
 
 def parse_proxy(value: str, variable: str) -> Proxy:
-    """`http://[user:password@]host[:port]` (or `host:port`, taken as http://). Refusals name the variable and
-    never show the value: it may hold a password, and Python's own URL errors quote it whole."""
+    """`http://[user:password@]host[:port]` (or `host:port`, taken as http://), or `socks5://` (`socks5h://`) for
+    a SOCKS5 proxy. Refusals name the variable and never show the value: it may hold a password, and Python's own
+    URL errors quote it whole."""
     text = value.strip()
-    shape = f"{variable}: give the proxy as http://host:port (a login may go before the host)"
+    shape = f"{variable}: give the proxy as http://host:port or socks5://host:port (a login may go before the host)"
     scheme, separator, _ = text.partition("://")
-    if separator and scheme.lower() != "http":
+    scheme = scheme.lower() if separator else "http"
+    if scheme not in SCHEMES:
         said = f"a {scheme}:// proxy" if SCHEME.fullmatch(scheme) else "that proxy"
-        raise ProxySettingError(f"{variable}: {said} is not supported; give an http:// one")
+        raise ProxySettingError(f"{variable}: {said} is not supported; give an http:// or a socks5:// one")
     if not text.isprintable() or " " in text:
         raise ProxySettingError(shape)
     try:
@@ -108,13 +120,15 @@ def parse_proxy(value: str, variable: str) -> Proxy:
         host, port = parts.hostname, parts.port
     except ValueError:  # an odd character in the login or the host; its message quotes the value
         raise ProxySettingError(shape) from None
-    port = DEFAULT_PORT if port is None else port
+    port = SCHEMES[scheme] if port is None else port
     if not host or not 0 < port < 65536 or parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ProxySettingError(shape)
-    authorization = None
-    if parts.username is not None:
-        login = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        authorization = "Basic " + base64.b64encode(login).decode("ascii")
+    login = None if parts.username is None else (unquote(parts.username), unquote(parts.password or ""))
+    if scheme != "http":
+        if login is not None and not all(0 < len(part.encode()) <= MAX_SOCKS_FIELD for part in login):
+            raise ProxySettingError(f"{variable}: a SOCKS5 login's user and password are 1 to 255 bytes each")
+        return Proxy(host, port, socks=True, login=login)
+    authorization = None if login is None else "Basic " + base64.b64encode(":".join(login).encode()).decode("ascii")
     return Proxy(host, port, authorization)
 
 
@@ -274,14 +288,26 @@ class ProxyRouting(httpx.AsyncBaseTransport):
         except httpx.ProxyError as error:
             if proxy is None or isinstance(error, ProxyRefused):
                 raise
-            status, _, reason = str(error).partition(" ")  # httpcore's words: "<status> <reason>"
             authority = f"{_bracketed(request.url.host)}:{request.url.port or 443}"
-            asked = f"CONNECT {authority}"
-            raise answered(proxy, asked, int(status) if is_number(status) else 0, reason) from error
+            raise _told(proxy, error, f"CONNECT {authority}") from error
 
     async def aclose(self) -> None:
         for transport in self._transports.values():
             await transport.aclose()
+
+
+def _told(proxy: Proxy, error: httpx.ProxyError, asked: str) -> httpx.TransportError:
+    """httpcore's proxy error as mirror's tunnels tell it. Its words: "<status> <reason>" for an HTTP proxy; for a
+    SOCKS5 one, "Proxy Server could not connect: <reply>." when the proxy could not reach the origin, else a
+    refused or wanted login."""
+    words = str(error)
+    if not proxy.socks:
+        status, _, reason = words.partition(" ")
+        return answered(proxy, asked, int(status) if is_number(status) else 0, reason)
+    said = f"proxy {proxy} (SOCKS5): {clip(words, 200)} ({asked})"
+    if words.startswith("Proxy Server could not connect"):
+        return httpx.ConnectError(said)
+    return ProxyRefused(said, 407)
 
 
 def environment_proxies() -> ProxyRules:
