@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.test_aliyun import HOST, access_key, config, mirror
 from tests.test_aliyun_world import AliyunWorld, start_world
@@ -149,6 +150,24 @@ def test_a_blip_at_the_openapi_does_not_fail_the_run(tmp_path: Path, world: Aliy
         ("GetNamespace", "fault:drop"),
         ("GetNamespace", "success"),
     ]
+    assert summary["leaks"] == []
+
+
+@pytest.mark.parametrize("world", [{"openapi_faults": ["503"] * 4}], indirect=True)
+def test_the_login_is_tried_as_often_as_the_configs_retry_says(tmp_path: Path, world: AliyunWorld) -> None:
+    """`retry: {attempts: 2}` bounds the ACR login's tries too: a lasting 503 at the OpenAPI fails the run after
+    two calls, said as unavailable, where the login's own policy made four."""
+    path = config(world, tmp_path, credentials="access_key", instance_id=world.ready["instance_id"])
+    data = yaml.safe_load(path.read_text())
+    data["retry"]["attempts"] = 2
+    path.write_text(yaml.safe_dump(data))
+
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=access_key(world))
+
+    assert done.returncode == 1, done.stderr
+    assert "ServiceUnavailable" in done.stderr and "(2 tries)" in done.stderr, done.stderr
+    summary = world.stop()
+    assert _outcomes(summary["openapi_calls"]) == ["fault:503"] * 2
     assert summary["leaks"] == []
 
 

@@ -85,7 +85,7 @@ class LoginOptions:
     instance_id: str | None = None
     endpoint: str | None = None  # default: cr.<region>.aliyuncs.com
     timeout: float = 30.0  # seconds, each OpenAPI, STS and ECS metadata call
-    retry: RetryPolicy = LOGIN_RETRY  # for passing failures
+    retry: RetryPolicy = LOGIN_RETRY  # for passing failures; a run gives its config's `retry:`
 
     @property
     def timeout_ms(self) -> int:

@@ -28,7 +28,10 @@ def acr_login(settings: MirrorSettings, host: str) -> TemporaryLogin | None:
     from mirror.aliyun.login import AcrLogin, LoginOptions
 
     region = login.region or region_of(host) or ""
-    return AcrLogin(LoginOptions(host, region, login.credentials, login.instance_id, login.endpoint, login.timeout))
+    retry = retry_policy(settings.retry)  # the run's, as for the registry's own requests
+    return AcrLogin(
+        LoginOptions(host, region, login.credentials, login.instance_id, login.endpoint, login.timeout, retry)
+    )
 
 
 def client_options(
