@@ -171,6 +171,20 @@ def test_the_login_is_tried_as_often_as_the_configs_retry_says(tmp_path: Path, w
     assert summary["leaks"] == []
 
 
+def test_a_certificate_the_sdk_cannot_verify_is_said_at_once_not_tried_again(world: AliyunWorld) -> None:
+    """The OpenAPI's certificate from a CA this machine does not trust (a TLS-intercepting proxy's, say): the SDK's
+    network error wraps the verification failure, which would be the same a moment later. Said at once, with the
+    reason, where it was tried as a passing failure and said as unavailable."""
+    untrusted = {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "REQUESTS_CA_BUNDLE": ""}
+    spec = {"credentials": "access_key", "env": {**access_key(world), **untrusted}, "attempts": 3}
+    [result] = world.inside("logins", json.dumps([spec]), module=MODULE)
+    world.stop()
+
+    assert result["ok"] is False and result["kind"] == "AUTH", result
+    assert "TLS certificate verify failed" in result["message"] and result["waits"] == [], result
+    assert "(3 tries)" not in result["message"]
+
+
 def test_temporary_sts_keys_exported_for_access_key_are_signed_with_their_token(
     tmp_path: Path, world: AliyunWorld
 ) -> None:

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -248,6 +249,8 @@ class AcrLogin:
         """An SDK's exception as a LoginError: unavailable when it is passing, else a refusal."""
         code = getattr(exc, "code", None)
         said = f"ACR login for {self.options.host}: {describe(exc)}"
+        if untrusted_certificate(exc):
+            return LoginError(f"ACR login for {self.options.host}: {UNTRUSTED_CERTIFICATE}")
         if not passing_failure(exc):
             return LoginError(said, str(code) if code else None)
         retry_after = throttled_for(exc)
@@ -266,6 +269,28 @@ def access_key_config() -> Any:
     if token:
         return Config(type="sts", access_key_id=key_id, access_key_secret=secret, security_token=token)
     return Config(type="access_key", access_key_id=key_id, access_key_secret=secret)
+
+
+UNTRUSTED_CERTIFICATE = (
+    "TLS certificate verify failed: the SDK does not trust the certificate its host presented (behind a "
+    "TLS-intercepting proxy, its CA goes in SSL_CERT_FILE and REQUESTS_CA_BUNDLE)"
+)
+_CERTIFICATE_FAILED = re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed", re.IGNORECASE)
+
+
+def untrusted_certificate(exc: BaseException) -> bool:
+    """Whether the failure is a host's TLS certificate the SDK could not verify: the same a moment later, so not
+    a passing failure, though the SDKs raise it as their network error (RetryError) with the words only in its
+    text or in the exceptions it was raised from."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # the SDK's wrapper, its network error, requests', urllib3's, ssl's
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError) or _CERTIFICATE_FAILED.search(str(seen)):
+            return True
+        inner = getattr(seen, "inner_exception", None)
+        seen = inner if isinstance(inner, BaseException) else seen.__cause__ or seen.__context__
+    return False
 
 
 def passing_failure(exc: BaseException) -> bool:
