@@ -174,6 +174,8 @@ class ReleaseResult:
                     "kubectl": v.kubectl_command,
                     "chart": v.chart,
                     **({"chart_note": v.chart_note} if v.chart_note else {}),
+                    # a chart published to the target: can Helm pull it without logging in?
+                    **({"chart_anonymous_pull": v.chart_anonymous_pull} if v.chart_anonymous_pull is not None else {}),
                     **({"proof": v.proof.to_json()} if v.proof is not None else {}),
                     **({"warnings": list(v.warnings)} if v.warnings else {}),
                 }

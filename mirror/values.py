@@ -45,16 +45,24 @@ class ValuesFile:
     warnings: tuple[str, ...] = ()
     chart_name: str = "hami"  # which chart of the install these values are for
     chart_version: str = ""
+    chart_anonymous_pull: bool | None = None  # can Helm pull the published chart without logging in?
 
 
 @dataclass(frozen=True, slots=True)
 class ChartInstall:
     """What `helm install` should install: a reference (oci://..., repo/name), or a `.tgz` written beside
-    the values (file name and bytes), when the chart could not be published to the target."""
+    the values (file name and bytes), when the chart could not be published to the target. A chart published
+    there says whether Helm can pull it without logging in (`anonymous_pull`; None: nothing was published)."""
 
     reference: str
     archive: tuple[str, bytes] | None = None
     note: str | None = None
+    anonymous_pull: bool | None = None
+
+    @property
+    def private(self) -> bool:
+        """Published where Helm cannot pull it without logging in."""
+        return self.anonymous_pull is False
 
 
 def require_nested_schema(version: str) -> None:
@@ -244,8 +252,9 @@ def render_values(values: dict[str, Any], header: str) -> str:
 
 
 def helm_command(spec: ChartSpec, chart_version: str, chart: str, path: Path, private: bool = False) -> str:
-    """The install line. A chart published to a target whose repositories need credentials (anonymous pulls
-    failed there) needs Helm logged in to that registry first: Helm fetches the chart itself."""
+    """The install line. A chart published to a target where it needs credentials (`private`: its own anonymous
+    pull failed there, or the images need a pull secret there) needs Helm logged in to that registry first: Helm
+    fetches the chart itself."""
     version_flag = "" if chart.endswith(".tgz") else f" --version {chart_version}"  # a file has one
     create = "" if spec.namespace == "kube-system" else " --create-namespace"
     install = f"helm install {spec.release} {chart} -n {spec.namespace}{create}{version_flag} -f {path}"
@@ -348,7 +357,7 @@ def write_values(
     return ValuesFile(
         target.name,
         path,
-        helm_command(spec, chart_version_, chart, path, private=pull_secret is not None),
+        helm_command(spec, chart_version_, chart, path, private=pull_secret is not None or install.private),
         directories[-1] / RBAC_FILE_NAME if rbac is not None else None,
         pull_secret,
         kubectl,
@@ -359,4 +368,5 @@ def write_values(
         warnings,
         spec.name,
         chart_version_,
+        install.anonymous_pull,
     )

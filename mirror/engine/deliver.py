@@ -2,13 +2,15 @@
 its blocks at the copies, prove the values by rendering the chart with them, publish the chart next to the
 images, then write them. A refused proof leaves nothing at the target and nothing written.
 
-    values -> render check -> publish chart -> write (or refuse, naming each image left behind)
+    values -> render check -> publish chart (and can Helm pull it anonymously?) -> write
+    (or refuse, naming each image left behind)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +18,9 @@ from mirror.chart.images import ImageBlock, pull_secret_paths
 from mirror.chart.proof import Proof, check_rendering
 from mirror.chart.publish import publish_chart
 from mirror.chart.render import RenderRequest, render_install
+from mirror.chart.source import oci_tag
 from mirror.engine.jobs import ChartJob, ImageUse, ReleaseJob
+from mirror.engine.probes import pulls_anonymously
 from mirror.reference import ReferenceError, parse
 from mirror.registry import RegistryClient
 from mirror.report import ReleaseResult, TargetResult
@@ -82,6 +86,7 @@ async def deliver(
     result: ReleaseResult,
     client: RegistryClient,
     latest: bool,
+    anonymous: Callable[[str], RegistryClient],
 ) -> Delivery:
     outcomes = outcomes_at(job, result, target)
     pull_secret = result.pull_secret_for(target)
@@ -105,7 +110,7 @@ async def deliver(
     for problem in (*problems, *notes):
         log.warning("%s: values written with an image left behind: %s", label, clip(problem, PROBLEM_CHARS))
     if chart.archive is not None and settings.chart is not None:
-        install = await _publish(settings, chart, target, client, label)
+        install = await _publish(settings, chart, target, client, anonymous, label)
     written = write_values(
         settings,
         target,
@@ -187,9 +192,16 @@ async def _prove(
 
 
 async def _publish(
-    settings: MirrorSettings, chart: ChartJob, target: TargetSettings, client: RegistryClient, label: str
+    settings: MirrorSettings,
+    chart: ChartJob,
+    target: TargetSettings,
+    client: RegistryClient,
+    anonymous: Callable[[str], RegistryClient],
+    label: str,
 ) -> ChartInstall:
-    """The chart at the target as OCI, or its .tgz beside the values where the target refuses it."""
+    """The chart at the target as OCI, and whether Helm can pull it there without logging in (a repository
+    created by the push may be private where the images' are public), or its .tgz beside the values where the
+    target refuses it. `anonymous`: the run's client without credentials for a host."""
     assert chart.archive is not None and settings.chart is not None
     archive = (f"{chart.archive.name}-{chart.archive.version}.tgz", chart.archive.raw)
     if not settings.chart.publish:
@@ -200,4 +212,6 @@ async def _publish(
         note = f"{published.refusal}; the chart's .tgz is written beside the values instead"
         log.warning("%s: %s", label, note)
         return ChartInstall("", archive, note)
-    return ChartInstall(f"oci://{target.registry}/{repository}")  # Helm fetches it where it runs: the public host
+    anonymous_pull = await pulls_anonymously(client, anonymous, repository, oci_tag(chart.archive.version))
+    # Helm fetches it where it runs: the public host
+    return ChartInstall(f"oci://{target.registry}/{repository}", anonymous_pull=anonymous_pull)

@@ -3,16 +3,21 @@
 Where the source tree is known by digest before the target's tag has answered (`ManifestCache`), every child
 manifest and blob the target should hold is asked at once, in the same wave as the tag: a no-op then verifies in
 one round trip, and a copy plans from the same answers. An answer is what the target held when asked; what the
-run pushes afterwards is known to `TargetBlobs`, not here."""
+run pushes afterwards is known to `TargetBlobs`, not here.
+
+`pulls_anonymously`: whether something the run holds at a target (a published chart) can be pulled without
+credentials, asked the way the images' pull check asks it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from mirror import acr
 from mirror.engine.tasks import cancel_all, memoised
 from mirror.engine.tree import ManifestTree
+from mirror.errors import MirrorError
 from mirror.oci import Descriptor
 from mirror.registry import RegistryClient
 
@@ -49,3 +54,21 @@ class TargetProbes:
     async def _limited(self, request: Awaitable[T]) -> T:
         async with self._limit:
             return await request
+
+
+async def pulls_anonymously(
+    client: RegistryClient, anonymous: Callable[[str], RegistryClient], repository: str, tag: str
+) -> bool:
+    """Can a client without credentials (a node, Helm not logged in) pull `repository:tag`, which `client` (the
+    run's own for the registry) found there? No where the edition never allows it; yes where the registry never
+    challenged `client`, whose look went without credentials; else one `HEAD` by the run's anonymous client for
+    the host (`anonymous`), within the run's deadline: an answer without the tag, or no answer, is a no."""
+    host = client.host
+    if acr.allows_anonymous_pull(host) is False:
+        return False
+    if client.answers_anyone:
+        return True
+    try:
+        return await anonymous(host).head_manifest(repository, tag) is not None
+    except MirrorError:
+        return False

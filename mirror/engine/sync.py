@@ -132,7 +132,9 @@ class Syncer:
             result.errors.append(f"{not_written}: {STOPPING}")
             return
         try:
-            delivery = await deliver(self.settings, job, chart, target, result, client, latest)
+            delivery = await deliver(
+                self.settings, job, chart, target, result, client, latest, self.cache.anonymous_client
+            )
         except MirrorError as exc:
             delivery = Delivery(None, f"{not_written}: {exc}")
         except OSError as exc:  # the output went away or filled up since the run began: none of its files written
