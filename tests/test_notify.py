@@ -27,6 +27,7 @@ from mirror.notify.events import Failed, Failure
 from mirror.notify.send import notify
 from mirror.oci import Manifest
 from mirror.registry import RegistryClient
+from mirror.service.page import values_url
 from mirror.settings import NotifyChannelSettings, NotifySettings
 from tests.receivers import Receiver, receiver
 from tests.support import http_server, manifest_bytes, with_client, write_config
@@ -309,8 +310,10 @@ def test_three_replicas_post_one_message_per_job_with_its_link(
     messages = [m.json() for m in hook.received]
     assert all(m.signed for m in hook.received)
     assert sorted(m["release"] for m in messages) == sorted(versions)  # one per job, not one per replica
-    for message in messages:
-        assert message["values"] == [f"https://mirror.example.com/jobs/{jobs[message['release']]}"]
+    for message in messages:  # people land on the job's card on the status page; programs get the values file
+        job_id, release = jobs[message["release"]], message["release"]
+        assert message["page"] == f"https://mirror.example.com/#job-{job_id}"
+        assert message["values"] == ["https://mirror.example.com" + values_url(job_id, release, "t0", "hami")]
         assert message["helm_lines"][0].startswith("helm upgrade --install hami ")
 
 

@@ -12,7 +12,10 @@
 Every value an event carries (image names, registries' error messages, paths) is text from outside: each chat
 gets it as plain text in its own format (`Style`), around mirror's own words and markup, so it cannot mention a
 channel, hide a link behind a label or break out of mirror's bold headline or code span. The generic webhook's
-JSON keeps each value exactly.
+JSON keeps each value exactly. The one link mirror writes, the service's job on its status page (`page`), is shown
+as each chat makes a link: the address in the text (Slack, Feishu) or a markdown link (DingTalk, WeCom, whose
+look-alikes would break the address's `#job-<id>`): second, after the headline, in a failure or drift, so that
+a cut keeps it; as the values' line in a release mirrored.
 
 Each chat's text is kept under its platform's limit (`TEXT_LIMITS`): past it, whole lines are dropped from the
 end and one line says how many; the headline always stays. The generic webhook's JSON carries everything.
@@ -27,7 +30,7 @@ import hashlib
 import hmac
 import json
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,10 +53,17 @@ class Style:
 
     value: Callable[[str], str]
     command: Callable[[str], str]  # a `helm upgrade` line people copy
+    link: Callable[[str], str]  # mirror's own link to its status page, as the chat makes a link
 
 
 def _as_is(text: str) -> str:
     return text
+
+
+def link_address(url: str) -> str:
+    """`url` with every character that could end it or open markup inside a chat's text percent-encoded (spaces,
+    quotes, parentheses, `<>`, `*`, `` ` ``, `|`, `\\`): the address stays the same page."""
+    return urllib.parse.quote(url, safe="%:/?#[]@!$&'+,;=-._~")
 
 
 def _one_line(text: str) -> str:
@@ -81,6 +91,8 @@ _MARKDOWN_LOOKALIKES = str.maketrans(
 )
 # Feishu's text message reads tags and links only
 _FEISHU_LOOKALIKES = str.maketrans(_TAG_AND_LINK)
+# a link's label ends at `]`; mirror's own address holds no other markup once `link_address` encoded it
+_LABEL_LOOKALIKES = str.maketrans({key: _TAG_AND_LINK[key] for key in "[]"})
 
 
 def slack_value(text: str) -> str:
@@ -95,6 +107,23 @@ def feishu_value(text: str) -> str:
     return _one_line(text).translate(_FEISHU_LOOKALIKES)
 
 
+def slack_link(url: str) -> str:
+    """Slack links an address in the text; its `&` as the entity, as everywhere in Slack's text."""
+    return slack_value(link_address(url))
+
+
+def markdown_link(url: str) -> str:
+    """DingTalk's and WeCom's documented link, `[label](url)`, labelled with the address itself: its `#` is not at
+    a line's start, and an IPv6 host's brackets are written as look-alikes in the label only."""
+    address = link_address(url)
+    return f"[{address.translate(_LABEL_LOOKALIKES)}]({address})"
+
+
+def feishu_link(url: str) -> str:
+    """Feishu's text message links an address in it; only `<` and `>` would be markup, and are encoded."""
+    return link_address(url)
+
+
 # The most text a chat takes in one message, in UTF-8 bytes as the text travels in the JSON body (escapes and the
 # look-alikes' extra bytes count). WeCom's markdown `content`: 4096 bytes; DingTalk's markdown `text`: 20000; Feishu:
 # 20 KB for the whole request body, whose envelope around the text is under 200 bytes; Slack's `text`: 40000
@@ -102,10 +131,10 @@ def feishu_value(text: str) -> str:
 # error code, which is not retried: the message would be lost.
 TEXT_LIMITS = {"wecom": 4096, "dingtalk": 20000, "feishu": 20000, "slack": 12000}
 
-PLAIN = Style(_as_is, _as_is)
-SLACK = Style(slack_value, slack_value)
-MARKDOWN = Style(markdown_value, lambda line: f"`{markdown_value(line)}`")
-FEISHU = Style(feishu_value, feishu_value)
+PLAIN = Style(_as_is, _as_is, _as_is)
+SLACK = Style(slack_value, slack_value, slack_link)
+MARKDOWN = Style(markdown_value, lambda line: f"`{markdown_value(line)}`", markdown_link)
+FEISHU = Style(feishu_value, feishu_value, feishu_link)
 
 
 def headline(event: Event, style: Style = PLAIN) -> str:
@@ -122,20 +151,29 @@ def headline(event: Event, style: Style = PLAIN) -> str:
 
 
 def lines(event: Event, style: Style = PLAIN) -> list[str]:
-    """The message body, one fact a line."""
+    """The message body, one fact a line. In the service, the job's page: first for a failure or drift (a cut
+    keeps it), and in place of the values files for a release mirrored (the page lists each with its download)."""
     shown = style.value
     match event:
         case Mirrored():
+            values = [style.link(event.page)] if event.page else [shown(values) for values in event.values]
             return [
                 f"images: {', '.join(shown(image) for image in event.images)}",
                 f"moved: {event.bytes_moved / 1_000_000:.1f} MB",
-                *(f"values: {shown(values)}" for values in event.values),
+                *(f"values: {each}" for each in values),
                 *(style.command(line) for line in event.helm_lines),
             ]
         case Failed():
-            return [f"{shown(f.what)} -> {shown(f.where)}: {shown(f.reason)}" for f in event.failures]
+            failures = [f"{shown(f.what)} -> {shown(f.where)}: {shown(f.reason)}" for f in event.failures]
+            return [*_details(event.page, style), *failures]
         case Drifted():
-            return [f"{shown(event.image)} -> {shown(event.target)}: {shown(event.reason)}"]
+            drift = f"{shown(event.image)} -> {shown(event.target)}: {shown(event.reason)}"
+            return [*_details(event.page, style), drift]
+
+
+def _details(page: str | None, style: Style) -> Iterator[str]:
+    if page:
+        yield f"details: {style.link(page)}"
 
 
 def post_for(kind: str, url: str, secret: str | None, event: Event, now: float) -> Post:

@@ -1,10 +1,16 @@
 """What in a run is worth a message: a release newly mirrored to a target (with its values and the `helm upgrade`
 line), a failure (what, where, why) and drift (once per image, target and reason, naming every release it concerns:
-releases share images). A run that changed nothing has no events."""
+releases share images). A run that changed nothing has no events.
+
+In the service each event also carries `page`, the job on the status page (`JobLinks`): where the person who reads
+the message lands. The job API's URLs (JSON, and values downloads that answer 401 to a browser without the page's
+session) are for programs: a Mirrored event's `values` are each values file's download there, which the generic
+webhook's JSON carries and the chats do not show."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mirror.engine.outcomes import Copied, Drift
@@ -19,8 +25,9 @@ class Mirrored:
     target: str
     images: tuple[str, ...]  # the images copied to the target in this run
     bytes_moved: int
-    values: tuple[str, ...]  # the values files written (paths, or the job API's links in the service)
+    values: tuple[str, ...]  # the values files written: paths, or in the service each one's download (job API)
     helm_lines: tuple[str, ...]
+    page: str | None = None  # the service's job on the status page, which the chats show for the values
 
     kind = "mirrored"
 
@@ -40,6 +47,7 @@ class Failed:
 
     release: str
     failures: tuple[Failure, ...]
+    page: str | None = None  # the service's job on the status page
 
     kind = "failed"
 
@@ -53,6 +61,7 @@ class Drifted:
     image: str
     target: str
     reason: str
+    page: str | None = None  # the service's job on the status page
 
     kind = "drift"
 
@@ -64,22 +73,33 @@ class Drifted:
 Event = Mirrored | Failed | Drifted
 
 
-def stopped(versions: list[str] | None, what: str, where: str, reason: str) -> Failed:
+@dataclass(frozen=True, slots=True)
+class JobLinks:
+    """Where a service job's results are reached from a message, `notify.public_url` in front: the job on the
+    status page (for people), and each values file's download on the job API by release, target and chart (for
+    programs: it takes the bearer token)."""
+
+    page: str
+    values: Callable[[str, str, str], str]  # (release, target, chart) -> URL
+
+
+def stopped(versions: list[str] | None, what: str, where: str, reason: str, page: str | None = None) -> Failed:
     """A run or a job that ended before any release's result, as one failure of its releases (or discovery's)."""
-    return Failed(", ".join(versions or []) or "discovery", (Failure(what, where, reason),))
+    return Failed(", ".join(versions or []) or "discovery", (Failure(what, where, reason),), page)
 
 
-def events_of(results: list[ReleaseResult], values_link: str | None = None) -> list[Event]:
-    """The run's events, releases in order, then its drift. `values_link` (the service's job URL) stands for the
-    values paths."""
+def events_of(results: list[ReleaseResult], job: JobLinks | None = None) -> list[Event]:
+    """The run's events, releases in order, then its drift. `job` (the service's) gives each event the job's page,
+    and the values their downloads in place of paths on the service's disk."""
     releases = [release for release in results if not release.dry_run]
+    page = job.page if job else None
     events: list[Event] = []
     for release in releases:
-        events += _mirrored(release, values_link) + _failed(release)
-    return events + _drifted(releases)
+        events += _mirrored(release, job) + _failed(release, page)
+    return events + _drifted(releases, page)
 
 
-def _mirrored(release: ReleaseResult, values_link: str | None) -> list[Event]:
+def _mirrored(release: ReleaseResult, job: JobLinks | None) -> list[Event]:
     copied: dict[str, list[tuple[str, int]]] = {}
     for image in release.images:
         for target in image.targets:
@@ -90,15 +110,18 @@ def _mirrored(release: ReleaseResult, values_link: str | None) -> list[Event]:
         written = [v for v in release.values if v.target == name]
         if not written:
             continue  # copied but not delivered: the failure says why
-        values = (values_link,) if values_link else tuple(str(v.path) for v in written)
+        if job is None:
+            values = tuple(str(v.path) for v in written)
+        else:
+            values = tuple(job.values(release.version, v.target, v.chart_name) for v in written)
         helm = tuple(upgrade_line(v.helm_command) for v in written)
-        events.append(
-            Mirrored(release.version, name, tuple(n for n, _ in images), sum(b for _, b in images), values, helm)
-        )
+        moved = sum(b for _, b in images)
+        page = job.page if job else None
+        events.append(Mirrored(release.version, name, tuple(n for n, _ in images), moved, values, helm, page))
     return events
 
 
-def _failed(release: ReleaseResult) -> list[Event]:
+def _failed(release: ReleaseResult, page: str | None) -> list[Event]:
     failures: list[Failure] = []
     for image in release.images:
         if image.error:
@@ -107,10 +130,10 @@ def _failed(release: ReleaseResult) -> list[Event]:
             if target.error and not isinstance(target.outcome, Drift):
                 failures.append(Failure(image.name, target.target, target.error))
     failures += [Failure("values", "delivery", error) for error in release.errors]
-    return [Failed(release.version, tuple(failures))] if failures else []
+    return [Failed(release.version, tuple(failures), page)] if failures else []
 
 
-def _drifted(releases: list[ReleaseResult]) -> list[Event]:
+def _drifted(releases: list[ReleaseResult], page: str | None) -> list[Event]:
     """One event per image, target and reason: an image shared by several releases drifts once, not once each."""
     found: dict[tuple[str, str, str], list[str]] = {}
     for release in releases:
@@ -120,7 +143,9 @@ def _drifted(releases: list[ReleaseResult]) -> list[Event]:
                     concerned = found.setdefault((image.name, target.target, target.outcome.reason), [])
                     if release.version not in concerned:
                         concerned.append(release.version)
-    return [Drifted(tuple(versions), image, target, reason) for (image, target, reason), versions in found.items()]
+    return [
+        Drifted(tuple(versions), image, target, reason, page) for (image, target, reason), versions in found.items()
+    ]
 
 
 # `helm install` as the line's command, or as one after `&&` (a private target's line logs in to it first)

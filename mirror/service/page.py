@@ -284,6 +284,13 @@ def release_view(job_id: str, release: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def job_url(job_id: str) -> str:
+    """Where a person sees one job: its card on the status page (`status.html`'s `id="job-<id>"`), its releases'
+    images and targets with each reason, and its values files per target and chart with their downloads and render
+    proof. The page has no view of one job; a job is among the newest when its message is posted."""
+    return f"/#job-{quote(job_id, safe='')}"
+
+
 def values_url(job_id: str, version: str, target: str, chart: str) -> str:
     """Where the job API serves one values file; the version names the release (a discovery job has several)."""
     path = "/".join(quote(part, safe="") for part in (job_id, "values", target, chart))

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -37,6 +37,9 @@ from mirror.service.store import (
 )
 from mirror.settings import MirrorSettings
 from mirror.untrusted import clip
+
+if TYPE_CHECKING:
+    from mirror.notify.events import JobLinks
 
 log = logging.getLogger("mirror.service")
 
@@ -227,10 +230,11 @@ class JobRunner:
         from mirror.notify.send import notify
 
         public = self.settings.notify.public_url
-        link = f"{public}/jobs/{job['id']}" if public else None
-        events = events_of(results, link)
+        links = job_links(public, job["id"]) if public else None
+        events = events_of(results, links)
         if error:
-            events.append(stopped(job.get("versions"), f"job {job['id']}", link or "mirror serve", str(error)))
+            page = links.page if links else None
+            events.append(stopped(job.get("versions"), f"job {job['id']}", "mirror serve", str(error), page))
         if events:
             task: asyncio.Task[object] = asyncio.ensure_future(notify(self.settings.notify, events))
             self._announcing.add(task)
@@ -250,6 +254,19 @@ class JobRunner:
                 log.error("lost the lease on job %s; stopping this copy of it", job_id)
                 shutdown.request(0, "lease lost")
                 return
+
+
+def job_links(public: str, job_id: str) -> JobLinks:
+    """A job's links in its messages: people land on its card on the status page (the job API's JSON, or a values
+    download that answers a browser without the page's session with a JSON 401, is no place for them); programs
+    reading the generic webhook get each values file's download, which the bearer token opens."""
+    from mirror.notify.events import JobLinks
+    from mirror.service import page
+
+    def values(version: str, target: str, chart: str) -> str:
+        return public + page.values_url(job_id, version, target, chart)
+
+    return JobLinks(public + page.job_url(job_id), values)
 
 
 def _given_back_why(exc: MirrorError, shutdown: Shutdown, attempts_left: bool) -> str | None:

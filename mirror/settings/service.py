@@ -58,7 +58,7 @@ class NotifySettings(Section):
     timeout: float = Field(default=10.0, gt=0, le=120)  # one post
     attempts: int = Field(default=3, ge=1, le=10)  # a post that fails to connect or gets a 5xx/429 is sent again
     deadline: float = Field(default=30.0, gt=0, le=600)  # every post of a run together
-    public_url: str | None = None  # where people reach `mirror serve`: messages link to the job's values
+    public_url: str | None = None  # where people reach `mirror serve`: messages link to the job on the status page
 
     @field_validator("public_url")
     @classmethod
