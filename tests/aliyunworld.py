@@ -997,7 +997,8 @@ class AliyunWorld:
             return refused
         namespace, name = params.get("RepoNamespaceName", ""), params.get("RepoName", "")
         repo_type = params.get("RepoType", "").upper()
-        if not NAME_COMPONENT.match(name) or repo_type not in ("PUBLIC", "PRIVATE"):
+        summary_ok = 0 < len(params.get("Summary", "")) <= 80  # required, as the API and its terraform resource have it
+        if not NAME_COMPONENT.match(name) or repo_type not in ("PUBLIC", "PRIVATE") or not summary_ok:
             return self._failure("PARAM_INVALID")
         with self.lock:
             if namespace not in self.namespaces:

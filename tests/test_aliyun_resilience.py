@@ -231,21 +231,46 @@ def test_the_timeout_reaches_sts_and_the_ecs_metadata_service(world: AliyunWorld
 
 
 @pytest.mark.parametrize("world", [{"manual_namespace": "by-hand"}], indirect=True)
-def test_a_namespace_that_creates_no_repositories_is_said_before_the_push_it_refuses(
+def test_a_namespace_that_creates_no_repositories_names_the_missing_ones_before_the_push_it_refuses(
     tmp_path: Path, world: AliyunWorld
 ) -> None:
     """A namespace with automatic repository creation off refuses a push into a repository not made beforehand
-    with a bare DENIED: the run says which setting to turn on before it pushes (repositories made by hand still
-    take theirs, so it is not refused up front), and mirror does not change a namespace it did not make."""
-    env = access_key(world)
-    for provision in (False, True):
-        path = config(world, tmp_path, namespace="by-hand", credentials="access_key", provision=provision)
-        done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=env)
-        assert done.returncode == 1, done.stderr  # the repository was not made by hand: the push is refused
-        said = done.stderr[: done.stderr.index("\nmirror: v2.10.0 hami -> hz")]  # said before the refusal
-        assert "namespace by-hand" in said and '"automatically create repository"' in said, done.stderr
-        assert "UpdateNamespace" in said and "--AutoCreateRepo true" in said, done.stderr
+    with a bare DENIED: the run looks each repository up and names the missing one, with how to make it, before
+    it pushes; mirror changes nothing it was not asked to."""
+    path = config(world, tmp_path, namespace="by-hand", credentials="access_key")
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=access_key(world))
+
+    assert done.returncode == 1, done.stderr  # the repository was not made by hand: the push is refused
+    said = done.stderr[: done.stderr.index("\nmirror: v2.10.0 hami -> hz")]  # said before the refusal
+    assert "namespace by-hand" in said and "missing hami;" in said, done.stderr
+    assert "CreateRepository" in said and "provision: true" in said and "UpdateNamespace" in said, done.stderr
     summary = world.stop()
-    actions = {call["action"] for call in summary["openapi_calls"]}
-    assert "CreateNamespace" not in actions and "UpdateNamespace" not in actions
-    assert summary["namespaces"]["by-hand"]["auto_create_repo"] is False
+    actions = [call["action"] for call in summary["openapi_calls"]]
+    assert "GetRepository" in actions and not {"CreateRepository", "CreateNamespace", "UpdateNamespace"} & set(actions)
+    assert summary["namespaces"]["by-hand"]["auto_create_repo"] is False and summary["repositories"] == {}
+
+
+@pytest.mark.parametrize("world", [{"manual_namespace": "by-hand"}], indirect=True)
+def test_provision_creates_the_repositories_a_namespace_does_not_create_on_push(
+    tmp_path: Path, world: AliyunWorld
+) -> None:
+    """`provision: true` and a namespace with automatic repository creation off: the repository the run pushes to
+    is created first (private, with the summary the API requires), and the image lands; the next run finds it and
+    creates nothing."""
+    path = config(world, tmp_path, namespace="by-hand", credentials="access_key", provision=True)
+    env = access_key(world)
+    first = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=env)
+    again = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=env)
+
+    assert first.returncode == 0, first.stderr
+    assert "created repository hami (private)" in first.stderr and "missing" not in first.stderr, first.stderr
+    (image,) = json.loads(first.stdout)["images"]
+    assert image["targets"][0]["verified"] is True
+    assert again.returncode == 0 and "created repository" not in again.stderr, again.stderr
+    summary = world.stop()
+    repository = summary["repositories"]["by-hand/hami"]
+    assert repository["repo_type"] == "PRIVATE" and repository["summary"] == "Mirrored by mirror"
+    assert repository["created_by"] == "user/mirror-ci"
+    created = [call for call in summary["openapi_calls"] if call["action"] == "CreateRepository"]
+    assert [call["outcome"] for call in created] == ["success"]  # once, on the first run
+    assert summary["namespaces"]["by-hand"]["auto_create_repo"] is False  # the namespace is left as it was

@@ -1,11 +1,14 @@
 """An ACR Enterprise namespace a run needs: found, created (`provision: true`), or explained in one line with the
-console step and the API call that create it; a namespace found that does not create repositories on push is
-warned of (a push into a repository not created beforehand is refused with a bare DENIED; repositories made by
-hand still take theirs). Nothing is created in a dry run."""
+console step and the API call that create it. A namespace that does not create repositories on push refuses a push
+into a repository not there with a bare DENIED: each repository the run pushes to is looked up first, created with
+`provision: true` (private, as CreateNamespace's default), else each missing one is named with how to make it,
+before anything is copied. Nothing is created in a dry run."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from mirror.aliyun.login import ACR_REFUSALS, AcrLogin, LoginError
@@ -16,6 +19,9 @@ log = logging.getLogger("mirror")
 # the code GetNamespace answers for a namespace the instance lacks (as Alibaba Cloud's terraform providers read it),
 # matched whole: USER_NOT_EXIST (a RAM identity that never opened the ACR console) or INSTANCE_NOT_EXIST say otherwise
 NAMESPACE_MISSING = frozenset({"NAMESPACE_NOT_EXIST"})
+REPOSITORY_MISSING = frozenset({"REPO_NOT_EXIST"})  # GetRepository's answer for a repository not there
+REPOSITORY_THERE = frozenset({"REPO_ALREADY_EXIST"})  # made meanwhile (another run): what was wanted
+REPOSITORY_SUMMARY = "Mirrored by mirror"  # CreateRepository requires a summary (1 to 80 characters)
 
 
 class NamespaceMissing(LoginError):
@@ -24,23 +30,25 @@ class NamespaceMissing(LoginError):
     kind = Kind.REFUSED
 
 
-async def ensure_namespace(login: AcrLogin, instance: str, namespace: str, provision: bool, dry_run: bool) -> str:
-    """What was found or done, for the progress line; raises NamespaceMissing when it is missing and may not
-    be created, LoginError when the OpenAPI refuses (a missing RAM permission names its action)."""
+@dataclass(frozen=True, slots=True)
+class NamespaceState:
+    note: str  # what was found or done, for the progress line
+    creates_on_push: bool = True  # False: a push into a repository not there is refused
+
+
+async def ensure_namespace(
+    login: AcrLogin, instance: str, namespace: str, provision: bool, dry_run: bool
+) -> NamespaceState:
+    """What was found or done; raises NamespaceMissing when it is missing and may not be created, LoginError when
+    the OpenAPI refuses (a missing RAM permission names its action)."""
     where = f"namespace {namespace} on {login.options.host} ({instance})"
     found = await _namespace(login, instance, namespace)
     if found is not None:
         if getattr(found, "auto_create_repo", None) is not False:
-            return f"{where}: present"
-        log.warning(
-            "%s: %s: unless each repository was created by hand, %s",
-            where,
-            _NO_AUTO_CREATE,
-            _turn_on(instance, namespace),
-        )
-        return f"{where}: present, repositories not created on push"
+            return NamespaceState(f"{where}: present")
+        return NamespaceState(f"{where}: present, repositories not created on push", creates_on_push=False)
     if dry_run:
-        return f"{where}: missing; would be created" if provision else f"{where}: missing"
+        return NamespaceState(f"{where}: missing; would be created" if provision else f"{where}: missing")
     if not provision:
         raise NamespaceMissing(
             f"{where} does not exist: create it in the ACR console (Instances > {instance} > Repository > "
@@ -49,7 +57,7 @@ async def ensure_namespace(login: AcrLogin, instance: str, namespace: str, provi
             f"--DefaultRepoType PRIVATE), or let mirror do it: registries.{login.options.host}.aliyun.provision: true"
         )
     await _create(login, instance, namespace)
-    return f"{where}: created (repositories created on push, private)"
+    return NamespaceState(f"{where}: created (repositories created on push, private)")
 
 
 _NO_AUTO_CREATE = "its automatic repository creation is off: the registry refuses a push into a repository not there"
@@ -61,6 +69,71 @@ def _turn_on(instance: str, namespace: str) -> str:
         f"Repository > Namespace > {namespace} > Edit), or call UpdateNamespace (aliyun cr UpdateNamespace "
         f"--InstanceId {instance} --NamespaceName {namespace} --AutoCreateRepo true)"
     )
+
+
+async def ensure_repositories(
+    login: AcrLogin, instance: str, namespace: str, names: list[str], provision: bool, dry_run: bool
+) -> list[str]:
+    """For a namespace that does not create repositories on push: each repository of `names` (within the
+    namespace) looked up, one call each at once; the missing ones created with `provision` (not in a dry run),
+    else named in one warning with how to make them. What was done, for the progress lines."""
+    where = f"namespace {namespace} on {login.options.host} ({instance})"
+    found = await asyncio.gather(*(_repository(login, instance, namespace, name) for name in names))
+    missing = [name for name, present in zip(names, found, strict=True) if not present]
+    if not missing:
+        return []
+    if not provision or dry_run:
+        log.warning(
+            "%s: %s: %s %s; create %s (CreateRepository, or the console: Instances > %s > Repository > Create "
+            "Repository), let mirror do it (registries.%s.aliyun.provision: true), or %s",
+            where,
+            _NO_AUTO_CREATE,
+            "missing:" if len(missing) > 1 else "missing",
+            ", ".join(missing),
+            "them" if len(missing) > 1 else "it",
+            instance,
+            login.options.host,
+            _turn_on(instance, namespace),
+        )
+        return [f"{where}: would create repository {name}" for name in missing] if provision else []
+    for name in missing:
+        await _create_repository(login, instance, namespace, name)
+    return [f"{where}: created repository {name} (private)" for name in missing]
+
+
+async def _repository(login: AcrLogin, instance: str, namespace: str, name: str) -> bool:
+    from alibabacloud_cr20181201 import models
+
+    request = models.GetRepositoryRequest(instance_id=instance, repo_namespace_name=namespace, repo_name=name)
+    action = f"GetRepository {namespace}/{name}"
+    try:
+        body: Any = await login.call(lambda: login.client().get_repository(request).body)
+    except LoginError as exc:
+        if exc.code in REPOSITORY_MISSING:
+            return False
+        if exc.code in ACR_REFUSALS:
+            raise login.refused(action, instance, exc.code) from None
+        raise
+    if getattr(body, "is_success", True) is False:
+        if body.code in REPOSITORY_MISSING:
+            return False
+        raise login.refused(action, instance, body.code)
+    return True
+
+
+async def _create_repository(login: AcrLogin, instance: str, namespace: str, name: str) -> None:
+    from alibabacloud_cr20181201 import models
+
+    request = models.CreateRepositoryRequest(
+        instance_id=instance,
+        repo_namespace_name=namespace,
+        repo_name=name,
+        repo_type="PRIVATE",
+        summary=REPOSITORY_SUMMARY,
+    )
+    body: Any = await login.call(lambda: login.client().create_repository(request).body)
+    if getattr(body, "is_success", True) is False and body.code not in REPOSITORY_THERE:
+        raise login.refused(f"CreateRepository {namespace}/{name}", instance, body.code)
 
 
 async def _namespace(login: AcrLogin, instance: str, namespace: str) -> Any:

@@ -27,13 +27,33 @@ async def prepare_namespaces(
         if login_settings is None:
             continue
         from mirror.aliyun.login import AcrLogin  # only where a registry logs in with a RAM identity
-        from mirror.aliyun.provision import ensure_namespace
+        from mirror.aliyun.provision import ensure_namespace, ensure_repositories
 
         login = clients.login(target.registry)
         assert isinstance(login, AcrLogin)
         instance = login_settings.instance_id or await _instance(clients, target, jobs, login)
-        note = await ensure_namespace(login, instance, target.namespace, login_settings.provision, dry_run)
-        progress.event(note)
+        provision = login_settings.provision
+        state = await ensure_namespace(login, instance, target.namespace, provision, dry_run)
+        progress.event(state.note)
+        if not state.creates_on_push:
+            names = repositories_at(settings, target, jobs)
+            for note in await ensure_repositories(login, instance, target.namespace, names, provision, dry_run):
+                progress.event(note)
+
+
+def repositories_at(settings: MirrorSettings, target: TargetSettings, jobs: list[ReleaseJob]) -> list[str]:
+    """The repositories (names within the target's namespace) the run pushes to at `target`: each image's, and
+    each chart's where charts are published there."""
+    names = [
+        ref.repository.name.removeprefix(f"{target.namespace}/")
+        for release in jobs
+        for image in release.images
+        for ref in image.targets
+        if ref.name == target.name
+    ]
+    if settings.chart is not None and settings.chart.publish:
+        names += [chart.archive.name for release in jobs for chart in release.charts if chart.archive is not None]
+    return list(dict.fromkeys(names))
 
 
 async def _instance(clients: Clients, target: TargetSettings, jobs: list[ReleaseJob], login: AcrLogin) -> str:

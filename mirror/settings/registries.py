@@ -51,7 +51,9 @@ class AliyunLoginSettings(Section):
     instance_id: InstanceId | None = None  # Enterprise's cri-...; default: named by the registry's token challenge
     region: RegionId | None = None  # default: from the registry host
     endpoint: Host | None = None  # the ACR OpenAPI host; default: cr.<region>.aliyuncs.com
-    provision: bool = False  # create a namespace the run needs (Enterprise), instead of explaining how
+    # create a namespace the run needs (Enterprise), and repositories where it does not create them on push,
+    # instead of explaining how
+    provision: bool = False
     timeout: float = Field(default=30.0, gt=0, le=600)  # each OpenAPI and STS call
 
     @model_validator(mode="after")
