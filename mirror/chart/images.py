@@ -17,7 +17,8 @@ A subchart switched off by its `condition` or `tags` still has its blocks read (
 
 An empty tag is resolved as the templates resolve it: kube-scheduler's from the cluster's Kubernetes version,
 else `global.imageTag` (HAMi's release tag), else the chart's appVersion. Rendering with real Helm
-(`render.py`) is the ground truth; this is what it is checked against, and the fallback.
+(`render.py`, through `tags.py`) is the ground truth; this is what it is checked against, and the fallback, where
+the source registry still has the last word between the guess and its `v` twin (`tag_twin`, `engine/charts.py`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ MAX_INSTANCES = 256  # subcharts (each alias an instance) read in one chart, at 
 MAX_VALUES_NODES = 200_000
 MAX_KEY_CHARS = 256  # a values key longer than this is not walked for image blocks
 Shape = Literal["block", "repository", "string"]
+# how an inferred tag was settled: "" the guess alone, "render" by a Helm render of the chart (`tags.py`), "source"
+# by the source registry, which lacked the guess and held its `v` twin (`engine/charts.py`)
+TagCheck = Literal["", "render", "source"]
 SecretForm = Literal["name", "string"]  # a pull secret entry `{name: acr-pull}` (Kubernetes' own shape) or `acr-pull`
 GLOBAL_SECRETS = ("global", "imagePullSecrets")
 COMMENTED_ENTRY = re.compile(r"#+\s*-\s+(\S.*)")  # a list entry commented out as an example
@@ -62,6 +66,7 @@ class ImageBlock:
     # the list it sits in ("sidecars" for `sidecars[0].image`): values cannot point it at a copy without replacing
     # the whole list, which mirror does not write; "" for a block outside any list
     list_key: str = ""
+    tag_check: TagCheck = ""  # what settled an inferred tag (`TagCheck`)
 
     @classmethod
     def at(cls, key: str, registry: str, repository: str, tag: str) -> ImageBlock:
@@ -87,6 +92,15 @@ class ImageBlock:
 
 def kube_tag(kube_version: str) -> str:
     return "v" + kube_version.removeprefix("v")
+
+
+def tag_twin(tag: str) -> str | None:
+    """The other spelling of a version tag (`2.13.0` <-> `v2.13.0`): what a template may make of the same
+    appVersion (kube-state-metrics' `v` + appVersion, dcgm-exporter's appVersion as it is); None for a tag that
+    does not start with a version number."""
+    bare = tag[1:] if tag.startswith("v") else tag
+    twin = bare if bare != tag else f"v{tag}"
+    return twin if bare[:1].isdigit() and is_valid_tag(twin) else None
 
 
 def image_blocks(

@@ -2,9 +2,11 @@
 the template: HAMi's from `global.imageTag`, dcgm-exporter's from the chart's appVersion, kube-state-metrics'
 from `v` + appVersion. `images.py` guesses the first two; real Helm knows. So the chart is rendered once with
 its default values and every subchart switched on, and each such block takes the one tag its repository is
-rendered with. Without Helm (the values-only renderer), or where Helm refuses the chart or the render is
-ambiguous, the guess stands, and the render proof after the copy is still the judge. A render over its bounds
-(a template that loops) stops the run here, before anything is copied."""
+rendered with (`tag_check="render"`). Where the render is ambiguous, or leaves the repository out, the guess
+stands, and the render proof after the copy is still the judge. Without Helm (the values-only renderer, `auto`
+where no Helm is installed), or where Helm refuses the chart, the blocks come back unchecked: the source registry
+then settles each guess against its `v` twin (`engine/charts.py`). A render over its bounds (a template that
+loops) stops the run here, before anything is copied."""
 
 from __future__ import annotations
 
@@ -36,8 +38,9 @@ def resolve_tags(
     overrides: dict[str, Any] | None = None,
     bounds: RenderBounds = DEFAULT_BOUNDS,
 ) -> list[ImageBlock]:
-    """`blocks` with each inferred tag replaced by the one Helm renders for its repository. Synchronous (Helm
-    runs in a child process, waited for): callers run it in a thread."""
+    """`blocks` with each inferred tag replaced by the one Helm renders for its repository, and marked as settled
+    by the render; unchanged where no Helm rendered the chart. Synchronous (Helm runs in a child process, waited
+    for): callers run it in a thread."""
     if not any(block.tag_inferred for block in blocks) or renderer == "values":
         return blocks
     values = deep_merge(overrides or {}, every_subchart_on(archive))
@@ -58,10 +61,12 @@ def resolve_tags(
     resolved = []
     for block in blocks:
         tags = rendered.get(str(block.source), set())
-        if block.tag_inferred and len(tags) == 1 and block.tag not in tags:
-            resolved.append(replace(block, tag=next(iter(tags))))  # the set is shared by the repository's blocks
-        else:
+        if not block.tag_inferred:
             resolved.append(block)
+        elif len(tags) == 1:  # the set is shared by the repository's blocks
+            resolved.append(replace(block, tag=next(iter(tags)), tag_check="render"))
+        else:
+            resolved.append(replace(block, tag_check="render"))  # the render proof judges the guess
     return resolved
 
 

@@ -1,22 +1,30 @@
 """The charts of the install, fetched before anything is copied: the release's chart for each release, and each
 chart of `charts:` at its pinned version or its repository's newest. A chart that cannot be had or is not safe
-to open stops the run with one line, and nothing is written."""
+to open stops the run with one line, and nothing is written. Each is read for its images; a tag its values leave
+empty that no Helm render settled is checked at the source against its `v` twin (`settle_guessed_tags`)."""
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import logging
+from dataclasses import replace
 
 from mirror.chart.archive import ChartArchive, ChartError
-from mirror.chart.images import image_blocks
+from mirror.chart.images import ImageBlock, image_blocks, tag_twin
 from mirror.chart.render import RenderRequest
 from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, published_versions
 from mirror.chart.tags import resolve_tags
 from mirror.engine.clients import Clients, retry_policy
 from mirror.engine.jobs import FetchedChart, InstallCharts, install_spec, release_spec
+from mirror.errors import MirrorError
+from mirror.reference import Repository, api_host
 from mirror.registry import RegistryClient
 from mirror.release import VersionError, chart_version, normalise_version, version_key
 from mirror.settings import NEWEST, InstallChartSettings, MirrorSettings
 from mirror.values import ChartSpec
+
+log = logging.getLogger("mirror")
 
 
 def chart_location(settings: MirrorSettings) -> ChartLocation:
@@ -43,18 +51,22 @@ async def fetch_install_charts(settings: MirrorSettings, versions: list[str], cl
     location = chart_location(settings)
     limits = fetch_limits(settings)
     charts = await fetch_charts(location, [chart_version(v) for v in versions], limits, _client(location, clients))
-    release = {v: await read_chart(settings, release_spec(settings), charts[chart_version(v)]) for v in versions}
+    release = {}
+    for v in versions:
+        release[v] = await read_chart(settings, release_spec(settings), charts[chart_version(v)], clients)
     others = []
     for chart in settings.charts:
-        others.append(
-            await read_chart(settings, install_spec(settings, chart), await _fetch_other(chart, limits, clients))
-        )
+        fetched = await _fetch_other(chart, limits, clients)
+        others.append(await read_chart(settings, install_spec(settings, chart), fetched, clients))
     return InstallCharts(release, tuple(others))
 
 
-async def read_chart(settings: MirrorSettings, spec: ChartSpec, archive: ChartArchive) -> FetchedChart:
+async def read_chart(
+    settings: MirrorSettings, spec: ChartSpec, archive: ChartArchive, clients: Clients
+) -> FetchedChart:
     """The chart's image references with the user's values for it layered on, each empty tag as Helm resolves
-    it (`chart/tags.py`, in a thread waiting on Helm's render child)."""
+    it (`chart/tags.py`, in a thread waiting on Helm's render child); where no Helm rendered it, as the source
+    registry settles the guess (`settle_guessed_tags`, with the run's `clients`)."""
     assert settings.chart is not None
     overrides = dict(spec.extra)
     blocks = await asyncio.to_thread(
@@ -62,7 +74,68 @@ async def read_chart(settings: MirrorSettings, spec: ChartSpec, archive: ChartAr
     )
     request = RenderRequest(spec.release, spec.namespace, settings.chart.kube_version)
     resolved = await asyncio.to_thread(resolve_tags, archive, blocks, request, settings.chart.renderer, overrides)
+    resolved = await settle_guessed_tags(settings, spec, resolved, clients, f"chart {archive.name} {archive.version}")
     return FetchedChart(archive, tuple(resolved))
+
+
+async def settle_guessed_tags(
+    settings: MirrorSettings, spec: ChartSpec, blocks: list[ImageBlock], clients: Clients, where: str
+) -> list[ImageBlock]:
+    """Each guessed tag no render settled (`2.13.0` from kube-state-metrics' appVersion, whose template renders
+    `v2.13.0`), checked at the source where the run copies it: missing there while its `v` twin is present, the
+    twin is taken (`tag_check="source"`) for the copy. Otherwise (both, neither, no answer) the guess
+    stands and the render proof judges. One HEAD per candidate tag, the guesses all at once, each twin only after
+    its guess was missing; nothing is sent where Helm rendered the chart or no tag was guessed."""
+    guesses = sorted({(b.source, b.tag) for b in blocks if _unsettled(settings, spec, b)}, key=str)
+    if not guesses:
+        return blocks
+    found = await asyncio.gather(*(_tag_at_source(clients[source.registry], source, tag) for source, tag in guesses))
+    taken = {guess: tag for guess, tag in zip(guesses, found, strict=True) if tag != guess[1]}
+    settled: list[ImageBlock] = []
+    keys: dict[tuple[Repository, str], list[str]] = {candidate: [] for candidate in taken}
+    for block in blocks:
+        candidate = (block.source, block.tag)
+        if candidate in taken and _unsettled(settings, spec, block):
+            keys[candidate].append(block.key)
+            block = replace(block, tag=taken[candidate], tag_check="source")
+        settled.append(block)
+    for (source, guess), tag in taken.items():
+        log.info(
+            "%s: %s leave(s) the tag to the chart, which no Helm rendered: %s:%s is not at the source but %s is: "
+            "taken instead",
+            where,
+            ", ".join(keys[(source, guess)]),
+            source,
+            guess,
+            tag,
+        )
+    return settled
+
+
+def _unsettled(settings: MirrorSettings, spec: ChartSpec, block: ImageBlock) -> bool:
+    """A guessed tag (`images.py`) that no render settled, of a block the run copies as the chart names it
+    (`jobs.py`: not inside a list, not in a subchart left off under `subcharts: enabled`, not at a registry nodes
+    pull from as it is, not taken over by a configured image) and whose guess has a `v` twin to ask for."""
+    assert settings.chart is not None
+    if not block.tag_inferred or block.tag_check or block.in_list or tag_twin(block.tag) is None:
+        return False
+    if (not block.enabled and spec.subcharts == "enabled") or (spec.is_release_chart and settings.images):
+        return False
+    allowed = any(fnmatch.fnmatch(api_host(block.registry), p) for p in settings.chart.allowed_registries)
+    return settings.chart.mirror_acr_images or not allowed
+
+
+async def _tag_at_source(client: RegistryClient, source: Repository, guess: str) -> str:
+    """The guess where the source has it, else its `v` twin where the source has that, else the guess."""
+    twin = tag_twin(guess)
+    try:
+        if twin is None or await client.head_manifest(source.name, guess) is not None:
+            return guess
+        if await client.head_manifest(source.name, twin) is not None:
+            return twin
+    except MirrorError as exc:  # the copy asks again, and says why
+        log.debug("%s:%s: tag not checked at the source: %s", source, guess, exc)
+    return guess
 
 
 async def _fetch_other(chart: InstallChartSettings, limits: FetchLimits, clients: Clients) -> ChartArchive:

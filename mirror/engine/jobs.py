@@ -332,7 +332,10 @@ def _chart_job(
         name = flat_name(block.source, settings.source.registry)
         tag = block.tag or pinned_tag(block.digest or "")
         copy = _index(copies, _Copy(ReleaseImage(name), block.source, tag, block.digest))
-        uses.append(ImageUse(block, copy, block.tag if block.tag_from_kube_version else None))
+        # a tag the template would not infer as copied (the Kubernetes version's, or the source's `v` twin of the
+        # guess) is written into the values
+        written = block.tag_from_kube_version or block.tag_check == "source"
+        uses.append(ImageUse(block, copy, block.tag if written else None))
     chart_version_ = version or (archive.version if archive is not None else "")
     return ChartJob(spec, chart_version_, archive, tuple(uses), tuple(unmirrored))
 
