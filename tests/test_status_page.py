@@ -222,6 +222,14 @@ def browse(
     driver.get(home)
     wait_for_url(driver, login)
 
+    # a notification's link to a job's card, followed without a session: the login form, then that card
+    anchor = f"#job-{copied['id']}"
+    driver.get(home + anchor)
+    wait_for_url(driver, login + anchor)
+    log_in(driver, API_TOKEN)
+    wait_for_url(driver, home + anchor)
+    assert card(driver, copied["id"]).find_element(By.CSS_SELECTOR, ".badge").text == "succeeded"
+
 
 # -- the login and the cookie over plain HTTP -----------------------------------------------------------
 
