@@ -15,7 +15,7 @@ import pytest
 
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
-from mirror.demo.sample import push_single
+from mirror.demo.sample import push_multiarch, push_single
 from mirror.engine.outcomes import Drift
 from mirror.notify.events import Drifted, Failed, Failure, events_of, upgrade_line
 from mirror.notify.send import notify
@@ -176,6 +176,51 @@ def test_drift_of_an_image_three_discovered_releases_share_is_posted_once_to_eac
     webhook = next(m.json() for m in made["webhook"].received if m.json()["event"] == "drift")
     assert webhook["release"] == releases and webhook["releases"] == [VERSION, "v2.11.0", "v2.12.0"]
     assert webhook["image"] == "kube-webhook-certgen" and webhook["target"] == "t0"
+
+
+def test_a_failure_several_releases_share_is_one_event_naming_each_release() -> None:
+    missing = "tag not found: docker.io/liangjw/kube-webhook-certgen:v1.1.1"
+    results = [
+        ReleaseResult(
+            version,
+            images=[
+                ImageResult("kube-webhook-certgen", "docker.io/liangjw/kube-webhook-certgen:v1.1.1", error=missing),
+                ImageResult("hami", f"docker.io/projecthami/hami:{version}", error="refused")
+                if version == "v2.9.0"
+                else ImageResult("hami", f"docker.io/projecthami/hami:{version}"),
+            ],
+        )
+        for version in ("v2.8.0", "v2.9.0", "v2.10.0")
+    ]
+
+    failed = [e for e in events_of(results) if isinstance(e, Failed)]
+
+    certgen = Failure("kube-webhook-certgen", "docker.io/liangjw/kube-webhook-certgen:v1.1.1", missing)
+    assert [(f.release, f.failures) for f in failed] == [
+        ("v2.8.0, v2.9.0, v2.10.0", (certgen,)),  # said once for the three
+        ("v2.9.0", (Failure("hami", "docker.io/projecthami/hami:v2.9.0", "refused"),)),  # its own
+    ]
+
+
+def test_an_image_three_discovered_releases_lack_is_one_failure_posted_to_each_channel(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discovery's `newest: 3` and certgen missing at the source: one message per channel naming the three
+    releases, where each release posted the same failure."""
+    with_client(source, lambda c: push_multiarch(c, "projecthami/hami", VERSION, seed=1))  # certgen: never pushed
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, lambda c: _tag(c, index, ["v2.11.0", "v2.12.0"]))
+    with ExitStack() as stack:
+        made = {kind: stack.enter_context(receiver(kind, secret_of(kind), token_of(kind))) for kind in KINDS}
+        section = {"channels": channels(monkeypatch, tmp_path, made)}
+        config = write_config(tmp_path / "mirror.yaml", source, [target], notify=section, discovery={"newest": 3})
+        assert main(["sync", "--discover", "--config", str(config)]) == 1
+
+    releases = f"{VERSION}, v2.11.0, v2.12.0"
+    for kind, each in made.items():
+        certgen = [m for m in each.received if "FAILED: kube-webhook-certgen" in m.text().split("\n")[0]]
+        assert len(certgen) == 1 and certgen[0].signed, (kind, [m.text() for m in each.received])
+        assert f"mirror: {releases} FAILED: kube-webhook-certgen" in _as_read(kind, certgen[0].text()), kind
 
 
 SPEC = ChartSpec("hami", "hami", "kube-system", "hami-ack-values.yaml")

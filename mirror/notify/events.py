@@ -1,6 +1,6 @@
 """What in a run is worth a message: a release newly mirrored to a target (with its values and the `helm upgrade`
-line), a failure (what, where, why) and drift (once per image, target and reason, naming every release it concerns:
-releases share images). A run that changed nothing has no events.
+line), failures (what, where, why; one message for the releases that share them) and drift (once per image, target
+and reason, naming every release it concerns: releases share images). A run that changed nothing has no events.
 
 In the service each event also carries `page`, the job on the status page (`JobLinks`): where the person who reads
 the message lands. The job API's URLs (JSON, and values downloads that answer 401 to a browser without the page's
@@ -43,7 +43,8 @@ class Failure:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """Every failure of one release in a run: one message, not one per image and target."""
+    """Every failure of one release in a run, or the failures several of its releases share (`release` names each,
+    comma-separated): one message, not one per image and target."""
 
     release: str
     failures: tuple[Failure, ...]
@@ -95,8 +96,8 @@ def events_of(results: list[ReleaseResult], job: JobLinks | None = None) -> list
     page = job.page if job else None
     events: list[Event] = []
     for release in releases:
-        events += _mirrored(release, job) + _failed(release, page)
-    return events + _drifted(releases, page)
+        events += _mirrored(release, job)
+    return events + _failed(releases, page) + _drifted(releases, page)
 
 
 def _mirrored(release: ReleaseResult, job: JobLinks | None) -> list[Event]:
@@ -121,7 +122,22 @@ def _mirrored(release: ReleaseResult, job: JobLinks | None) -> list[Event]:
     return events
 
 
-def _failed(release: ReleaseResult, page: str | None) -> list[Event]:
+def _failed(releases: list[ReleaseResult], page: str | None) -> list[Event]:
+    """One event per set of releases failing alike: a failure several of the run's releases share (an image they
+    all use, discovery's `newest: 3`) is said once, naming each of them, as drift is; the rest per release."""
+    found: dict[Failure, list[str]] = {}
+    for release in releases:
+        for failure in _failures_of(release):
+            concerned = found.setdefault(failure, [])
+            if release.version not in concerned:
+                concerned.append(release.version)
+    grouped: dict[tuple[str, ...], list[Failure]] = {}
+    for failure, versions in found.items():
+        grouped.setdefault(tuple(versions), []).append(failure)
+    return [Failed(", ".join(versions), tuple(failures), page) for versions, failures in grouped.items()]
+
+
+def _failures_of(release: ReleaseResult) -> list[Failure]:
     failures: list[Failure] = []
     for image in release.images:
         if image.error:
@@ -129,8 +145,7 @@ def _failed(release: ReleaseResult, page: str | None) -> list[Event]:
         for target in image.targets:
             if target.error and not isinstance(target.outcome, Drift):
                 failures.append(Failure(image.name, target.target, target.error))
-    failures += [Failure("values", "delivery", error) for error in release.errors]
-    return [Failed(release.version, tuple(failures), page)] if failures else []
+    return failures + [Failure("values", "delivery", error) for error in release.errors]
 
 
 def _drifted(releases: list[ReleaseResult], page: str | None) -> list[Event]:
