@@ -127,7 +127,9 @@ NEVER_IN_ACR = "never-in-acr"  # a RAM user ACR has never seen (Harbor's users m
 ECS_ROLE = "mirror-ecs"  # the RAM role attached to the ECS instance the metadata service describes
 ECS_INSTANCE = "i-bp1mirrortest00001"
 METADATA_ADDRESS = ("100.100.100.200", 80)  # ECS's metadata service, here only inside the world's network namespace
-FAULT_KINDS = ("503", "500", "502-html", "throttling", "drop", "stall")  # `throttling:<ms>` asks for a wait
+# `throttling:<ms>` asks for a wait; `pass` answers the request as ever (a fault further down the list is for a later
+# request)
+FAULT_KINDS = ("503", "500", "502-html", "throttling", "drop", "stall", "pass")
 STALL_SECONDS = 300.0
 TEMP_USERNAME = "temp_user_cr"  # the form GetAuthorizationToken's documented example answers
 SOURCE_ADDRESS = ("127.0.0.20", 5000)
@@ -390,7 +392,8 @@ class AliyunWorld:
         """The fault the service's next request meets, if one is left."""
         with self.lock:
             queue = self.faults.get(service)
-            return queue.pop(0) if queue else None
+            fault = queue.pop(0) if queue else None
+        return None if fault == "pass" else fault
 
     # -- secrets and where they may travel
 

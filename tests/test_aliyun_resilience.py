@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.forwardproxy import socks_proxy
 from tests.test_aliyun import HOST, access_key, config, mirror
 from tests.test_aliyun_world import AliyunWorld, start_world
 
@@ -185,6 +186,40 @@ def test_a_certificate_the_sdk_cannot_verify_is_said_at_once_not_tried_again(wor
     assert "(3 tries)" not in result["message"]
 
 
+def test_the_login_goes_through_a_socks5_proxy(tmp_path: Path, world: AliyunWorld) -> None:
+    """`HTTPS_PROXY=socks5://...`: the SDKs read it themselves and speak SOCKS5 through requests (PySocks, in the
+    `aliyun` extra), the proxy's login with it; the login comes as it does direct."""
+    inside = ("nsenter", "--target", str(world.ready["pid"]), "--net", "--mount", "--")
+    with socks_proxy(tmp_path / "socks", login=("mirror", "proxy-s3cret"), prefix=inside) as proxy:
+        spec = {"credentials": "access_key", "env": {**access_key(world), "HTTPS_PROXY": proxy.url()}, "attempts": 2}
+        [result] = world.inside("logins", json.dumps([spec]), module=MODULE)
+        tunnels = proxy.tunnels()
+    summary = world.stop()
+
+    assert result["ok"] is True, result
+    assert tunnels and all(tunnel.endswith(":443") for tunnel in tunnels), tunnels
+    assert [call["outcome"] for call in summary["openapi_calls"]] == ["success"]
+
+
+def test_a_socks_proxy_the_sdks_cannot_speak_is_said_at_once() -> None:
+    """Without PySocks, requests refuses a socks5:// proxy and the SDK's core raises it as its network error
+    (`except IOError: raise RetryError(str(e))`): not a passing failure, said with what to do."""
+    from darabonba.exceptions import RetryError
+    from requests.exceptions import InvalidSchema
+
+    from mirror.aliyun.login import AcrLogin, LoginOptions
+    from mirror.errors import Kind
+
+    try:
+        try:
+            raise InvalidSchema("Missing dependencies for SOCKS support.")
+        except OSError as e:
+            raise RetryError(str(e)) from None  # the words are in its text, as the core raises it
+    except RetryError as raised:
+        error = AcrLogin(LoginOptions(HOST, "cn-hangzhou")).sdk_failure(raised)
+    assert error.kind is Kind.AUTH and not error.transient and "install PySocks" in str(error), error
+
+
 def test_temporary_sts_keys_exported_for_access_key_are_signed_with_their_token(
     tmp_path: Path, world: AliyunWorld
 ) -> None:
@@ -248,6 +283,27 @@ def test_a_namespace_that_creates_no_repositories_names_the_missing_ones_before_
     actions = [call["action"] for call in summary["openapi_calls"]]
     assert "GetRepository" in actions and not {"CreateRepository", "CreateNamespace", "UpdateNamespace"} & set(actions)
     assert summary["namespaces"]["by-hand"]["auto_create_repo"] is False and summary["repositories"] == {}
+
+
+@pytest.mark.parametrize(
+    "world", [{"manual_namespace": "by-hand", "openapi_faults": ["pass"] + ["503"] * 5}], indirect=True
+)
+def test_repositories_that_cannot_be_looked_up_are_warned_of_and_the_run_goes_on(
+    tmp_path: Path, world: AliyunWorld
+) -> None:
+    """GetNamespace answers, then every GetRepository try meets a 503: the run does not stop there (the pushes say
+    what the registry makes of each repository), it warns and goes on to the copy."""
+    path = config(
+        world, tmp_path, namespace="by-hand", credentials="access_key", instance_id=world.ready["instance_id"]
+    )
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=access_key(world))
+
+    assert done.returncode == 1, done.stderr  # the repository is not there: its push is refused
+    assert "the repositories it needs could not be looked up" in done.stderr, done.stderr
+    assert "mirror: v2.10.0 hami -> hz" in done.stderr, done.stderr  # the copy was tried
+    summary = world.stop()
+    actions = [(call["action"], call["outcome"]) for call in summary["openapi_calls"]]
+    assert actions[:6] == [("GetNamespace", "success")] + [("GetRepository", "fault:503")] * 5, actions
 
 
 @pytest.mark.parametrize("world", [{"manual_namespace": "by-hand"}], indirect=True)

@@ -116,7 +116,7 @@ def test_a_chunked_upload_whose_resumes_get_no_further_is_still_bounded_by_the_a
 
 async def test_an_attempt_that_secures_more_costs_no_attempt_and_one_that_secures_nothing_does() -> None:
     """Three attempts allowed: two failures that each secure more are free, then three that secure nothing
-    end it, six tries in all; the mark that counts is the highest yet, not any change."""
+    end it, five tries in all; the mark that counts is the highest yet, not any change."""
     marks = iter([1, 2, 1, 2, 2, 2])  # after each failed try: higher, higher, lower, then level
     mark = [0]
     tries: list[int] = []

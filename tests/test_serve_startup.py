@@ -133,5 +133,6 @@ def test_a_proxy_it_cannot_use_is_refused_before_anything_listens(
     code, log = refused(service_config(tmp_path, source, target))
     assert code == 2, log
     (line,) = log.splitlines()
-    assert json.loads(line)["msg"] == "HTTPS_PROXY: a https:// proxy is not supported; give an http:// one"
+    said = "HTTPS_PROXY: a https:// proxy is not supported; give an http:// or a socks5:// one"
+    assert json.loads(line)["msg"] == said
     assert "hidden" not in log

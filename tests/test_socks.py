@@ -158,6 +158,50 @@ async def test_a_socks_tunnel_not_opened_is_said_for_what_the_proxy_did(
     assert unreachable.kind is kind and is_transient(unreachable) is (kind is Kind.UNAVAILABLE)
 
 
+@pytest.mark.parametrize(
+    ("reply", "error", "said"),
+    [
+        (CLOSE, httpx.ConnectError, "(SOCKS5)"),  # httpcore's socksio: "Malformed reply", not an httpx error
+        (b"HTTP/1.1 400 Bad Request\r\n\r\n", httpx.ConnectError, "(SOCKS5)"),
+        (bytes([5, 2, 0, 1, 0, 0, 0, 0, 0, 0]), ProxyRefused, "Connection not allowed by ruleset"),
+        (bytes([5, 7, 0, 1, 0, 0, 0, 0, 0, 0]), ProxyRefused, "Command not supported"),
+        (bytes([5, 5, 0, 1, 0, 0, 0, 0, 0, 0]), httpx.ConnectError, "Connection refused"),
+    ],
+)
+async def test_http2_hosts_tell_what_the_socks_proxy_did_as_the_others_do(
+    reply: bytes, error: type[Exception], said: str
+) -> None:
+    """httpx's own transport speaks SOCKS5 through httpcore and socksio, whose errors are neither httpx's nor
+    mirror's: a proxy that drops the connection or speaks something else is a failed connection (tried again), a
+    refusal by its rules is not retried, as on HTTP/1.1 hosts."""
+    async with scripted_socks(reply) as proxy:
+        with pytest.raises(error) as raised:
+            await get_through("https://registry.example/v2/", proxy.url(), http2=True)
+    assert f"proxy 127.0.0.1:{proxy.port} (SOCKS5)" in str(raised.value) and said in str(raised.value)
+
+
+async def test_a_name_too_long_to_ask_a_socks_proxy_for_is_refused() -> None:
+    """A SOCKS5 request carries a name of at most 255 bytes (a redirect may name any host)."""
+    long_name = ".".join(["a" * 60] * 5)  # 304 characters, each label within DNS's 63
+    async with scripted_socks(GRANTED) as proxy:
+        with pytest.raises(ProxyRefused) as raised:
+            await get_through(f"https://{long_name}/v2/", proxy.url())
+    assert "longer than a SOCKS5 request can carry" in str(raised.value) and proxy.requests == []
+
+
+def test_a_socks5_login_may_have_an_empty_password_as_gos_client_allows() -> None:
+    assert parse_proxy("socks5://svc@proxy:1080", "HTTPS_PROXY").login == ("svc", "")
+    with pytest.raises(ProxySettingError):
+        parse_proxy("socks5://:secret@proxy:1080", "HTTPS_PROXY")  # a user is required
+
+
+async def test_an_empty_password_goes_as_an_empty_field() -> None:
+    async with scripted_socks(CLOSE, method=2) as proxy:
+        with pytest.raises(httpx.ConnectError):
+            await get_through("https://registry.example/v2/", proxy.url("svc"))
+    assert proxy.logins == [b"\x01svc:"]
+
+
 @pytest.fixture
 def microsocks(tmp_path: Path) -> Iterator[SocksProxy]:
     with socket.socket() as probe:  # a free port on loopback

@@ -178,6 +178,7 @@ class AcrLogin:
                 protocol="https",
                 read_timeout=self.options.timeout_ms,
                 connect_timeout=self.options.timeout_ms,
+                ca=ca_bundle(),
             )
             self._client = Client(config)
             quiet_sdk_logs()
@@ -251,12 +252,21 @@ class AcrLogin:
         said = f"ACR login for {self.options.host}: {describe(exc)}"
         if untrusted_certificate(exc):
             return LoginError(f"ACR login for {self.options.host}: {UNTRUSTED_CERTIFICATE}")
+        if _words_in_chain(exc, _SOCKS_UNSPOKEN):
+            return LoginError(f"ACR login for {self.options.host}: {SOCKS_UNSPOKEN}")
         if not passing_failure(exc):
             return LoginError(said, str(code) if code else None)
         retry_after = throttled_for(exc)
         if retry_after is not None:
             said += f" (asked to wait {retry_after:g} s)"
         return LoginError(said, str(code) if code else None, kind=Kind.UNAVAILABLE, retry_after=retry_after)
+
+
+def ca_bundle() -> str | None:
+    """The CA file the environment names (`REQUESTS_CA_BUNDLE`, else `SSL_CERT_FILE`), for the OpenAPI client: the
+    SDK's core sends through a proxy with requests' own bundle (certifi) unless told, so a TLS-intercepting proxy's
+    CA in those variables went unread exactly where it is needed."""
+    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or None
 
 
 def access_key_config() -> Any:
@@ -278,19 +288,41 @@ UNTRUSTED_CERTIFICATE = (
 _CERTIFICATE_FAILED = re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed", re.IGNORECASE)
 
 
+SOCKS_UNSPOKEN = (
+    "the Alibaba Cloud SDKs cannot speak to the SOCKS proxy in HTTPS_PROXY: install PySocks (the aliyun extra "
+    "brings it) or give an http:// proxy"
+)
+_SOCKS_UNSPOKEN = re.compile(r"Missing dependencies for SOCKS support")  # requests' words without PySocks
+
+
 def untrusted_certificate(exc: BaseException) -> bool:
     """Whether the failure is a host's TLS certificate the SDK could not verify: the same a moment later, so not
     a passing failure, though the SDKs raise it as their network error (RetryError) with the words only in its
     text or in the exceptions it was raised from."""
+    verification = _chained(exc, ssl.SSLCertVerificationError)
+    return verification is not None or _words_in_chain(exc, _CERTIFICATE_FAILED)
+
+
+def _words_in_chain(exc: BaseException, words: re.Pattern[str]) -> bool:
+    """Whether `words` are in the text of `exc` or of the exceptions it wraps or was raised from: the SDKs raise
+    their network error (RetryError) with the cause's words only in its text."""
+    return any(words.search(str(seen)) for seen in _chain(exc))
+
+
+def _chained(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    return next((seen for seen in _chain(exc) if isinstance(seen, kind)), None)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and what it wraps or was raised from, at most ten deep: the SDK's wrapper, its network error,
+    requests', urllib3's, ssl's."""
+    chain: list[BaseException] = []
     seen: BaseException | None = exc
-    for _ in range(10):  # the SDK's wrapper, its network error, requests', urllib3's, ssl's
-        if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLCertVerificationError) or _CERTIFICATE_FAILED.search(str(seen)):
-            return True
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
         inner = getattr(seen, "inner_exception", None)
         seen = inner if isinstance(inner, BaseException) else seen.__cause__ or seen.__context__
-    return False
+    return chain
 
 
 def passing_failure(exc: BaseException) -> bool:

@@ -21,6 +21,7 @@ log = logging.getLogger("mirror")
 NAMESPACE_MISSING = frozenset({"NAMESPACE_NOT_EXIST"})
 REPOSITORY_MISSING = frozenset({"REPO_NOT_EXIST"})  # GetRepository's answer for a repository not there
 REPOSITORY_THERE = frozenset({"REPO_ALREADY_EXIST"})  # made meanwhile (another run): what was wanted
+LOOKUPS_AT_ONCE = 4  # GetRepository calls in flight: each holds a worker thread, and the OpenAPI throttles bursts
 REPOSITORY_SUMMARY = "Mirrored by mirror"  # CreateRepository requires a summary (1 to 80 characters)
 
 
@@ -78,11 +79,23 @@ async def ensure_repositories(
     namespace) looked up, one call each at once; the missing ones created with `provision` (not in a dry run),
     else named in one warning with how to make them. What was done, for the progress lines."""
     where = f"namespace {namespace} on {login.options.host} ({instance})"
-    found = await asyncio.gather(*(_repository(login, instance, namespace, name) for name in names))
-    missing = [name for name, present in zip(names, found, strict=True) if not present]
+    limit = asyncio.Semaphore(LOOKUPS_AT_ONCE)
+
+    async def present(name: str) -> bool:
+        async with limit:
+            return await _repository(login, instance, namespace, name)
+
+    try:
+        found = await asyncio.gather(*(present(name) for name in names))
+    except LoginError as exc:  # the pushes say what the registry makes of each repository
+        log.warning("%s: %s; the repositories it needs could not be looked up (%s)", where, _NO_AUTO_CREATE, exc)
+        return []
+    missing = [name for name, there in zip(names, found, strict=True) if not there]
     if not missing:
         return []
-    if not provision or dry_run:
+    if dry_run and provision:
+        return [f"{where}: repository {name} missing; would be created" for name in missing]
+    if not provision:
         log.warning(
             "%s: %s: %s %s; create %s (CreateRepository, or the console: Instances > %s > Repository > Create "
             "Repository), let mirror do it (registries.%s.aliyun.provision: true), or %s",
@@ -95,7 +108,7 @@ async def ensure_repositories(
             login.options.host,
             _turn_on(instance, namespace),
         )
-        return [f"{where}: would create repository {name}" for name in missing] if provision else []
+        return []
     for name in missing:
         await _create_repository(login, instance, namespace, name)
     return [f"{where}: created repository {name} (private)" for name in missing]

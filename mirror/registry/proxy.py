@@ -32,6 +32,8 @@ MAX_ANSWER_BYTES = 16 * 1024  # a proxy's answer to CONNECT: a status line and a
 # `socks5h://` as `socks5://`: the proxy is given the origin's name, which it resolves
 SCHEMES = {"http": 80, "socks5": 1080, "socks5h": 1080}
 MAX_SOCKS_FIELD = 255  # bytes of a SOCKS5 user name or password (RFC 1929: one length byte)
+# httpcore's words for the SOCKS5 replies that refuse (socks.py's REFUSING_REPLIES), the rest being failed connections
+SOCKS_REFUSALS = ("Connection not allowed by ruleset", "Command not supported", "Address type not supported")
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")  # what a refusal may repeat of the value: a scheme's name
 # Beside any 5xx (the proxy could not reach the origin: 502-504, tinyproxy's 500), the answers that say "again
 # later": each is a failed connection, tried again
@@ -125,8 +127,8 @@ def parse_proxy(value: str, variable: str) -> Proxy:
         raise ProxySettingError(shape)
     login = None if parts.username is None else (unquote(parts.username), unquote(parts.password or ""))
     if scheme != "http":
-        if login is not None and not all(0 < len(part.encode()) <= MAX_SOCKS_FIELD for part in login):
-            raise ProxySettingError(f"{variable}: a SOCKS5 login's user and password are 1 to 255 bytes each")
+        if login is not None and not (0 < len(login[0].encode()) <= MAX_SOCKS_FIELD >= len(login[1].encode())):
+            raise ProxySettingError(f"{variable}: a SOCKS5 login's user is 1 to 255 bytes, its password 0 to 255")
         return Proxy(host, port, socks=True, login=login)
     authorization = None if login is None else "Basic " + base64.b64encode(":".join(login).encode()).decode("ascii")
     return Proxy(host, port, authorization)
@@ -283,13 +285,20 @@ class ProxyRouting(httpx.AsyncBaseTransport):
         transport = self._transports.get(proxy)
         if transport is None:
             transport = self._transports[proxy] = self._make(proxy)
+        authority = f"{_bracketed(request.url.host)}:{request.url.port or 443}"
         try:
             return await transport.handle_async_request(request)
         except httpx.ProxyError as error:
             if proxy is None or isinstance(error, ProxyRefused):
                 raise
-            authority = f"{_bracketed(request.url.host)}:{request.url.port or 443}"
             raise _told(proxy, error, f"CONNECT {authority}") from error
+        except (httpx.HTTPError, asyncio.CancelledError):
+            raise
+        except Exception as error:  # socksio's own (a reply cut short, another protocol), through httpcore
+            if proxy is None or not proxy.socks:
+                raise
+            said = f"proxy {proxy} (SOCKS5): {type(error).__name__}: {clip(str(error), 200)} (CONNECT {authority})"
+            raise httpx.ConnectError(said) from error
 
     async def aclose(self) -> None:
         for transport in self._transports.values():
@@ -305,9 +314,11 @@ def _told(proxy: Proxy, error: httpx.ProxyError, asked: str) -> httpx.TransportE
         status, _, reason = words.partition(" ")
         return answered(proxy, asked, int(status) if is_number(status) else 0, reason)
     said = f"proxy {proxy} (SOCKS5): {clip(words, 200)} ({asked})"
-    if words.startswith("Proxy Server could not connect"):
-        return httpx.ConnectError(said)
-    return ProxyRefused(said, 407)
+    if not words.startswith("Proxy Server could not connect"):
+        return ProxyRefused(said, 407)  # a login refused or wanted
+    if any(refusal in words for refusal in SOCKS_REFUSALS):
+        return ProxyRefused(said)
+    return httpx.ConnectError(said)
 
 
 def environment_proxies() -> ProxyRules:

@@ -13,6 +13,7 @@ import httpx
 
 from mirror.registry.proxy import Proxy, ProxyRefused
 from mirror.registry.sockets import SocketStream
+from mirror.untrusted import clip
 
 VERSION = 5
 NO_LOGIN, USERNAME_PASSWORD, NONE_ACCEPTABLE = 0x00, 0x02, 0xFF
@@ -33,6 +34,7 @@ REPLIES = {
 }
 REFUSING_REPLIES = frozenset({0x02, 0x07, 0x08})
 LOGIN_REFUSED = 407  # a refused or wanted login is told as an HTTP proxy's 407 is: a login failure
+MAX_NAME = 255  # bytes of a name in a request (one length byte)
 
 
 async def open_socks_tunnel(stream: SocketStream, proxy: Proxy, host: str, port: int, within: float | None) -> None:
@@ -40,10 +42,11 @@ async def open_socks_tunnel(stream: SocketStream, proxy: Proxy, host: str, port:
     `proxy.open_tunnel` does: ProxyRefused for a refusal (not retried), ConnectError when the proxy could not
     reach the origin or dropped the connection (nothing of the request has left)."""
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    request = _connect_request(host, port, proxy)
     try:
         async with asyncio.timeout(within):
             await _greet(stream, proxy)
-            await stream.write(_connect_request(host, port))
+            await stream.write(request)
             await _reply(stream, proxy, authority)
     except TimeoutError:
         raise httpx.ConnectTimeout(f"proxy {proxy} did not open a tunnel to {authority} in time") from None
@@ -70,11 +73,14 @@ async def _greet(stream: SocketStream, proxy: Proxy) -> None:
         raise ProxyRefused(f"proxy {proxy} (SOCKS5): it refused the login in the proxy URL", LOGIN_REFUSED)
 
 
-def _connect_request(host: str, port: int) -> bytes:
+def _connect_request(host: str, port: int, proxy: Proxy) -> bytes:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         name = host.encode("ascii")  # the pool's origins are in their IDNA form
+        if len(name) > MAX_NAME:  # a redirect may name any host
+            said = f"proxy {proxy}: {clip(host, 80)} is a name longer than a SOCKS5 request can carry"
+            raise ProxyRefused(said) from None
         where = bytes([DOMAIN, len(name)]) + name
     else:
         where = bytes([IPV4 if address.version == 4 else IPV6]) + address.packed
