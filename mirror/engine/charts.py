@@ -89,7 +89,7 @@ async def settle_guessed_tags(
     guesses = sorted({(b.source, b.tag) for b in blocks if _unsettled(settings, spec, b)}, key=str)
     if not guesses:
         return blocks
-    found = await asyncio.gather(*(_tag_at_source(clients[source.registry], source, tag) for source, tag in guesses))
+    found = await asyncio.gather(*(_tag_at_source(clients, source, tag) for source, tag in guesses))
     taken = {guess: tag for guess, tag in zip(guesses, found, strict=True) if tag != guess[1]}
     settled: list[ImageBlock] = []
     keys: dict[tuple[Repository, str], list[str]] = {candidate: [] for candidate in taken}
@@ -125,13 +125,14 @@ def _unsettled(settings: MirrorSettings, spec: ChartSpec, block: ImageBlock) -> 
     return settings.chart.mirror_acr_images or not allowed
 
 
-async def _tag_at_source(client: RegistryClient, source: Repository, guess: str) -> str:
-    """The guess where the source has it, else its `v` twin where the source has that, else the guess."""
+async def _tag_at_source(clients: Clients, source: Repository, guess: str) -> str:
+    """The guess where the source has it, else its `v` twin where the source has that, else the guess. Asked
+    through the run's memo (`Clients.head_tag`): the copy of the tag taken asks nothing again."""
     twin = tag_twin(guess)
     try:
-        if twin is None or await client.head_manifest(source.name, guess) is not None:
+        if twin is None or await clients.head_tag(source.registry, source.name, guess) is not None:
             return guess
-        if await client.head_manifest(source.name, twin) is not None:
+        if await clients.head_tag(source.registry, source.name, twin) is not None:
             return twin
     except MirrorError as exc:  # the copy asks again, and says why
         log.debug("%s:%s: tag not checked at the source: %s", source, guess, exc)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
+from mirror.engine.tasks import memoised
+from mirror.oci import Descriptor
 from mirror.reference import api_host
 from mirror.registry import RegistryClient
 from mirror.registry.options import ClientOptions, PullBudgetOptions, TemporaryLogin
@@ -79,6 +81,7 @@ class Clients:
         self.on_retry_status = on_retry_status  # for every client of the run, anonymous ones included
         self._open: dict[str, RegistryClient] = {}
         self._logins: dict[str, TemporaryLogin | None] = {}
+        self._tags: dict[tuple[str, str, str], asyncio.Future[Descriptor | None]] = {}
         self.proxies = environment_proxies()  # a variable mirror cannot use stops the run here, before any request
 
     def __getitem__(self, host: str) -> RegistryClient:
@@ -89,6 +92,16 @@ class Clients:
             options = client_options(self.settings, host, login=login, on_retry_status=observer, proxies=self.proxies)
             client = self._open[host] = RegistryClient.open(host, options)
         return client
+
+    async def head_tag(self, host: str, repository: str, identifier: str) -> Descriptor | None:
+        """A manifest `HEAD` at the source, asked once per run: where the chart's tag check asked it, the copy
+        takes its answer (a registry is never asked the same thing twice in a run). A failed one is asked again
+        by the next caller."""
+        key = (api_host(host), repository, identifier)
+        answer = self._tags.get(key)
+        if answer is not None and answer.done() and (answer.cancelled() or answer.exception() is not None):
+            del self._tags[key]
+        return await asyncio.shield(memoised(self._tags, key, lambda: self[host].head_manifest(repository, identifier)))
 
     def login(self, host: str) -> TemporaryLogin | None:
         """The host's temporary login (an ACR host configured with `aliyun:`), one for the whole run."""

@@ -214,7 +214,7 @@ class Syncer:
         up: distribution answers a repository holding only untagged manifests as unknown to its tag list."""
         source = self.clients[job.source.registry]
         try:
-            resolved = await source.head_manifest(job.source.name, job.source_identifier)
+            resolved = await self.clients.head_tag(job.source.registry, job.source.name, job.source_identifier)
         except MirrorError as exc:
             return str(exc)
         if resolved is not None:
