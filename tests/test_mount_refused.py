@@ -1,6 +1,7 @@
 """A cross-repository mount the registry refuses falls back to an ordinary upload, as the distribution spec and
 Docker's pusher have it, and no further mount is tried at that registry in the run: the mount's source is
-often a guess. It failed the blob, and so the image, on every run.
+often a guess. It failed the blob, and so the image, on every run. A repository that refuses the ordinary upload
+too refused the mount for its own sake: the other repositories go on mounting.
 
 The real refusal: a token server that grants a token for one repository at a time, so a mount's token has no
 pull on its `from` repository and Debian's docker-registry answers 401 insufficient_scope. Other refusals (403,
@@ -16,7 +17,7 @@ import pytest
 
 from mirror.demo.localregistry import AccessEntry, LocalRegistry
 from tests.faultproxy import Fault, FaultProxy
-from tests.support import blob_exists
+from tests.support import blob_exists, manifest_digest
 from tests.test_faults import sync
 from tests.test_sync import VERSION, seed_release
 from tests.test_token_auth import PASSWORD, USER, World, assert_copied, make_world, run_cli
@@ -113,3 +114,53 @@ def test_a_mount_that_works_is_tried_again(tmp_path: Path, source: LocalRegistry
     attempts = mount_attempts(target.access_log())
     # 201: the layer both images share crossed the wire once; 202: a guess that lacked the blob, a session
     assert {e.status for e in attempts} == {201, 202}
+
+
+def test_a_repository_that_refuses_every_upload_does_not_end_the_mounts_into_the_others(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
+) -> None:
+    """The registry refuses a mount into a repository where the run may not push at all: the ordinary upload is
+    refused too, so the refusal was the repository's, not the mounts'. The next repository still mounts every
+    blob the run put into the first, where it uploaded each of them again (a cross-border trip per layer).
+
+    Order by the proxy, not by timing: `hami-denied` starts once `hami` is there (its blobs are mounted from it);
+    `hami-again` once `hami-denied`'s mount was refused."""
+    seed_release(source)
+    refused_mount = Fault("status", method="POST", path=r"/mirrored/hami-denied/.*mount=", status=403, code="DENIED")
+    refused_mount.count = 1000
+    refused_upload = Fault("status", method="POST", path=r"/mirrored/hami-denied/", status=403, code="DENIED")
+    refused_upload.count = 1000
+
+    def hami_pushed() -> bool:
+        return any(
+            e.method == "PUT" and e.status == 201 and "/v2/mirrored/hami/manifests/" in e.path for e in target_proxy.log
+        )
+
+    denied_waits = Fault(
+        "stall", method="HEAD", path=r"/mirrored/hami-denied/", seconds=60, count=1000, until=hami_pushed
+    )
+    again_waits = Fault(
+        "stall",
+        method="HEAD",
+        path=r"/mirrored/hami-again/",
+        seconds=60,
+        count=1000,
+        until=lambda: refused_mount.applied > 0,
+    )
+    target_proxy.add(refused_mount, refused_upload, denied_waits, again_waits)
+    images = [
+        {"name": "hami", "source": "projecthami/hami", "tag": "{version}"},
+        {"name": "hami-denied", "source": "projecthami/hami", "tag": "{version}"},
+        {"name": "hami-again", "source": "projecthami/hami", "tag": "{version}"},
+    ]
+    mark = len(target.access_log())
+
+    assert sync(tmp_path, source, target_proxy, images=images, values={"unmirrored": "warn"}) == 1  # hami-denied
+
+    assert refused_mount.applied >= 1 and refused_upload.applied >= 1
+    assert (denied_waits.released, again_waits.released) == (denied_waits.applied, again_waits.applied)
+    log = target.access_log()[mark:]
+    again = [e for e in mount_attempts(log) if "/v2/mirrored/hami-again/" in e.path]
+    assert again and {e.status for e in again} == {201}, again  # every blob mounted from mirrored/hami
+    assert uploaded(log, "mirrored/hami-again") == set()  # none went up again
+    assert manifest_digest(target, "mirrored/hami-again", VERSION) == manifest_digest(target, "mirrored/hami", VERSION)

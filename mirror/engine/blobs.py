@@ -47,8 +47,9 @@ class MountGate:
     """Whether a target registry takes cross-repository mounts, learned from the first mount it answers. Until
     then the mounts wait their turn: a run starts many uploads at once, and each would try what the first may
     find refused. Once one is refused (no pull on the source repository: 401 insufficient_scope; 403; any answer
-    but a passing failure), none is tried again in the run; a guessed source answered 404 (not there yet) ends
-    only the guesses: repositories known to hold a blob are still mounted from."""
+    but a passing failure) and the ordinary upload that follows is not, none is tried again in the run; a guessed
+    source answered 404 (not there yet) ends only the guesses: repositories known to hold a blob are still
+    mounted from."""
 
     refused: bool = False
     guessing: bool = True
@@ -235,7 +236,9 @@ class _BlobTransfer:
     async def _start_session(self) -> UploadSession | None:
         """A new upload session, or None when the registry mounted the blob from another repository here. A
         mount the registry refuses is followed by an ordinary session (as Docker's pusher does), and ends the
-        mounts (or, for a guess not there, the guesses) at this registry for the run."""
+        mounts (or, for a guess not there, the guesses) at this registry for the run, unless the repository
+        refuses that session too: then the refusal was about the repository (no push there), and the next mount,
+        into another one, is tried."""
         blob, repository, mounts = self.upload.blob, self.repository, self.blobs.mounts
         if self.blobs.mount_source(repository, blob.digest) is not None:
             async with mounts.turn() as allowed:
@@ -249,7 +252,10 @@ class _BlobTransfer:
                     except RegistryError as refusal:
                         if refusal.transient:
                             raise
+                        # an ordinary session refused too: the refusal was this repository's, not the mount's
+                        session = await self._ordinary_session()
                         mounts.refuse(self.client.host, refusal, not self.blobs.known_present(source, blob.digest))
+                        return session
         return await self._ordinary_session()
 
     async def _ordinary_session(self) -> UploadSession:
