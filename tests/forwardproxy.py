@@ -73,9 +73,15 @@ def forward_proxy(
     output = (directory / "tinyproxy.out").open("wb")
     process = subprocess.Popen([*prefix, "tinyproxy", "-d", "-c", str(config)], stdout=output, stderr=output)
     output.close()
-    try:
+    with _stopped_after(process):
         _wait_listening(address, port, prefix, process, directory / "tinyproxy.out")
         yield ForwardProxy(address, port, directory / "tinyproxy.log", login)
+
+
+@contextmanager
+def _stopped_after(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    try:
+        yield
     finally:
         process.terminate()
         try:
@@ -126,13 +132,6 @@ def socks_proxy(
     command = ["microsocks", "-i", address, "-p", str(port), "-u", login[0], "-P", login[1]]
     process = subprocess.Popen([*prefix, *command], stdout=output, stderr=output)
     output.close()
-    try:
+    with _stopped_after(process):
         _wait_listening(address, port, prefix, process, log)
         yield SocksProxy(address, port, log, login)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -607,7 +607,8 @@ def test_sync_discover_mirrors_exactly_the_selected_releases(
     assert main(["sync", "--discover", "--config", str(config)]) == 0
     after = source.access_log()[mark:]
     tags = [e.path.split("/manifests/")[-1] for e in after if "/manifests/" in e.path]
-    assert sorted(t for t in tags if not t.startswith("sha256-")) == ["v1.1.1", "v1.1.1", "v2.10.0", "v2.9.0"]
+    # certgen's tag, which both releases use, asked once in the run
+    assert sorted(t for t in tags if not t.startswith("sha256-")) == ["v1.1.1", "v2.10.0", "v2.9.0"]
     assert [e.path for e in beyond_heads(after)] == ["/v2/projecthami/hami/tags/list"]  # discovery's own listing
     # a layer the target lost since (a retention rule, GC, a delete): the scheduled run verifies and finds it,
     # as a run by hand would, and copies again (it trusted a matching tag before and wrote the values again)

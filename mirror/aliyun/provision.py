@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ log = logging.getLogger("mirror")
 # matched whole: USER_NOT_EXIST (a RAM identity that never opened the ACR console) or INSTANCE_NOT_EXIST say otherwise
 NAMESPACE_MISSING = frozenset({"NAMESPACE_NOT_EXIST"})
 REPOSITORY_MISSING = frozenset({"REPO_NOT_EXIST"})  # GetRepository's answer for a repository not there
+MISSING = NAMESPACE_MISSING | REPOSITORY_MISSING
 REPOSITORY_THERE = frozenset({"REPO_ALREADY_EXIST"})  # made meanwhile (another run): what was wanted
 LOOKUPS_AT_ONCE = 4  # GetRepository calls in flight: each holds a worker thread, and the OpenAPI throttles bursts
 REPOSITORY_SUMMARY = "Mirrored by mirror"  # CreateRepository requires a summary (1 to 80 characters)
@@ -119,19 +121,8 @@ async def _repository(login: AcrLogin, instance: str, namespace: str, name: str)
 
     request = models.GetRepositoryRequest(instance_id=instance, repo_namespace_name=namespace, repo_name=name)
     action = f"GetRepository {namespace}/{name}"
-    try:
-        body: Any = await login.call(lambda: login.client().get_repository(request).body)
-    except LoginError as exc:
-        if exc.code in REPOSITORY_MISSING:
-            return False
-        if exc.code in ACR_REFUSALS:
-            raise login.refused(action, instance, exc.code) from None
-        raise
-    if getattr(body, "is_success", True) is False:
-        if body.code in REPOSITORY_MISSING:
-            return False
-        raise login.refused(action, instance, body.code)
-    return True
+    found = await _looked_up(login, instance, action, lambda: login.client().get_repository(request).body)
+    return found is not None
 
 
 async def _create_repository(login: AcrLogin, instance: str, namespace: str, name: str) -> None:
@@ -154,18 +145,25 @@ async def _namespace(login: AcrLogin, instance: str, namespace: str) -> Any:
     from alibabacloud_cr20181201 import models
 
     request = models.GetNamespaceRequest(instance_id=instance, namespace_name=namespace)
+    action = f"GetNamespace {namespace}"
+    return await _looked_up(login, instance, action, lambda: login.client().get_namespace(request).body)
+
+
+async def _looked_up(login: AcrLogin, instance: str, action: str, call: Callable[[], Any]) -> Any:
+    """A Get call's answer, or None where it says the thing is not there (a code of `MISSING`, raised or in the
+    answer); a refusal said with its code (`ACR_REFUSALS`' hints)."""
     try:
-        body: Any = await login.call(lambda: login.client().get_namespace(request).body)
+        body: Any = await login.call(call)
     except LoginError as exc:
-        if exc.code in NAMESPACE_MISSING:
+        if exc.code in MISSING:
             return None
         if exc.code in ACR_REFUSALS:
-            raise login.refused(f"GetNamespace {namespace}", instance, exc.code) from None
+            raise login.refused(action, instance, exc.code) from None
         raise
     if getattr(body, "is_success", True) is False:
-        if body.code in NAMESPACE_MISSING:
+        if body.code in MISSING:
             return None
-        raise login.refused(f"GetNamespace {namespace}", instance, body.code)
+        raise login.refused(action, instance, body.code)
     return body
 
 
