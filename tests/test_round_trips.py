@@ -18,7 +18,7 @@ from mirror.demo.sample import MiB, push_multiarch
 from mirror.engine.statecache import MAX_TAGS_KEPT, NOTES_TTL, LastDigests, ManifestCache, RegistryNotes
 from mirror.oci import Manifest
 from tests.faultproxy import Fault, fault_proxy
-from tests.support import blob_exists, requests_since, with_client, write_config
+from tests.support import blob_exists, manifest_bytes, requests_since, with_client, write_config
 from tests.test_referrers import signed_release
 from tests.test_sync import SHARED, VERSION, assert_byte_exact, seed_release
 
@@ -180,3 +180,23 @@ def test_a_tag_moved_since_the_last_run_is_copied_anew_from_its_own_answer_and_r
     assert asked_twice(requests_since(target, mark), tags_pushed=True) == {}  # before the checks below ask
     assert_byte_exact(source, target, moved, "mirrored/hami")
     assert LastDigests(tmp_path / "state").get(source.host, "projecthami/hami", VERSION) == moved.digest
+
+
+def test_releases_of_one_run_sharing_an_image_ask_the_source_for_it_once(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """Two releases in one run (`mirror sync v2.9.0 v2.10.0`, discovery's `newest: 2`) use one certgen tag: the
+    source is asked for it once in the run, cold or no-op (the run's memo of source tag HEADs)."""
+    seed_release(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))  # one image, two tags
+    config = write_config(tmp_path / "mirror.yaml", source, [target])
+
+    for _ in ("cold", "no-op"):
+        mark = len(source.access_log())
+        assert main(["sync", "v2.9.0", VERSION, "--config", str(config)]) == 0
+        at_source = requests_since(source, mark)
+        assert asked_twice(at_source) == {}
+        assert [e.method for e in at_source if e.path.endswith("/liangjw/kube-webhook-certgen/manifests/v1.1.1")] == [
+            "HEAD"
+        ]
