@@ -182,21 +182,36 @@ def test_a_tag_moved_since_the_last_run_is_copied_anew_from_its_own_answer_and_r
     assert LastDigests(tmp_path / "state").get(source.host, "projecthami/hami", VERSION) == moved.digest
 
 
-def test_releases_of_one_run_sharing_an_image_ask_the_source_for_it_once(
-    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+def test_releases_of_one_run_sharing_an_image_ask_for_it_once(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two releases in one run (`mirror sync v2.9.0 v2.10.0`, discovery's `newest: 2`) use one certgen tag: the
-    source is asked for it once in the run, cold or no-op (the run's memo of source tag HEADs)."""
+    source and the target are asked for it once in the run, cold or no-op (the target twice cold: before its push
+    and after), and the later release reports it up to date, not copied again."""
     seed_release(source)
     index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
     with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))  # one image, two tags
     config = write_config(tmp_path / "mirror.yaml", source, [target])
+    certgen = "/manifests/v1.1.1"
 
-    for _ in ("cold", "no-op"):
-        mark = len(source.access_log())
-        assert main(["sync", "v2.9.0", VERSION, "--config", str(config)]) == 0
-        at_source = requests_since(source, mark)
-        assert asked_twice(at_source) == {}
-        assert [e.method for e in at_source if e.path.endswith("/liangjw/kube-webhook-certgen/manifests/v1.1.1")] == [
-            "HEAD"
+    for run in ("cold", "no-op"):
+        marks = [len(source.access_log()), len(target.access_log())]
+        assert main(["sync", "v2.9.0", VERSION, "--config", str(config), "--json"]) == 0
+        at_source, at_target = requests_since(source, marks[0]), requests_since(target, marks[1])
+        assert asked_twice(at_source) == {}, run
+        assert [e.method for e in at_source if e.path.endswith(f"/liangjw/kube-webhook-certgen{certgen}")] == ["HEAD"]
+        pushed = {f"HEAD /v2/mirrored/hami/manifests/{v}" for v in ("v2.9.0", VERSION)} | {
+            f"HEAD /v2/mirrored/kube-webhook-certgen{certgen}"
+        }
+        reads = Counter(f"{e.method} {e.path}" for e in at_target if e.method in ("GET", "HEAD") and e.status != 401)
+        most = {r: 2 if run == "cold" and r in pushed else 1 for r in reads}
+        assert {r: n for r, n in reads.items() if n > most[r] and r != "GET /v2/"} == {}, run
+        actions = [
+            {i["name"]: i["targets"][0]["action"] for i in release["images"]}
+            for release in json.loads(capsys.readouterr().out)
+        ]
+        copied = "copied" if run == "cold" else "up-to-date"
+        assert actions == [
+            {"hami": copied, "kube-webhook-certgen": copied},
+            {"hami": copied, "kube-webhook-certgen": "up-to-date"},
         ]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Hashable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from mirror.chart.source import ChartLocation
@@ -23,6 +23,7 @@ from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_jobs, check_versions, select_targets
 from mirror.engine.lock import target_locks
 from mirror.engine.namespaces import prepare_namespaces
+from mirror.engine.outcomes import Copied, UpToDate
 from mirror.engine.plan import apply_policy
 from mirror.engine.policy import signable
 from mirror.engine.referrers import Found
@@ -85,6 +86,7 @@ class Syncer:
         self.stages = TargetStages(settings, options, self.cache, progress)
         self._image_limit = asyncio.Semaphore(IMAGES_AT_ONCE)
         self._gate: SignatureGate | None = None
+        self._images_done: dict[Hashable, ImageResult] = {}  # by `_same_copy`: releases of a run share images
 
     async def run(self, jobs: list[ReleaseJob]) -> list[ReleaseResult]:
         newest = max((j.version for j in jobs), key=version_key, default=None)
@@ -151,6 +153,17 @@ class Syncer:
         self.progress.event(f"{job.version} {chart.spec.name} -> {target.name}: wrote {delivery.values.path}")
 
     async def run_image(self, job: ImageJob) -> ImageResult:
+        """The image's copy to every target, once per run: a later release of the run that uses the same image
+        (certgen's tag, which HAMi's releases share) takes the earlier one's result, what it copied now up to
+        date, and asks no registry anything again."""
+        key = _same_copy(job)
+        earlier = self._images_done.get(key)
+        if earlier is not None:
+            return _as_again(earlier)
+        result = self._images_done[key] = await self._run_image(job)
+        return result
+
+    async def _run_image(self, job: ImageJob) -> ImageResult:
         """Resolve the source with a HEAD, the target tags asked at the same time, and with them, where the tag's
         last digest names a tree known by digest, every child and blob the targets should hold: a no-op verifies
         in that one round trip. Then the signature gate, then every target's stages."""
@@ -367,3 +380,19 @@ async def discover_and_sync(
     finally:
         if own:
             await clients.aclose()
+
+
+def _same_copy(job: ImageJob) -> Hashable:
+    """What makes two releases' image jobs one copy: the image, what the source is asked for, and each target's
+    repository, tag and platform filter."""
+    places = tuple((ref.name, str(ref.repository), tuple(job.platforms_at(ref) or ())) for ref in job.targets)
+    return (job.image.name, str(job.source), job.source_identifier, job.tag, places)
+
+
+def _as_again(earlier: ImageResult) -> ImageResult:
+    """An earlier release's result for the same copy, as this release sees it: what was copied is up to date."""
+    targets = [
+        replace(t, outcome=UpToDate(t.outcome.digest, t.outcome.rewrite)) if isinstance(t.outcome, Copied) else t
+        for t in earlier.targets
+    ]
+    return replace(earlier, targets=targets)
