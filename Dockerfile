@@ -41,6 +41,7 @@ ENV MIRROR_CONFIG=/etc/mirror/mirror.yaml \
 WORKDIR /var/lib/mirror
 USER 10001:10001
 EXPOSE 8080
-# Liveness and readiness come from Kubernetes probes (/healthz, /readyz), not a HEALTHCHECK.
+# Liveness and readiness come from Kubernetes probes (the heartbeat file's age, service.heartbeat_file; /readyz),
+# not a HEALTHCHECK.
 ENTRYPOINT ["mirror"]
 CMD ["--help"]

@@ -155,9 +155,14 @@ def test_a_repository_that_refuses_every_upload_does_not_end_the_mounts_into_the
     ]
     mark = len(target.access_log())
 
-    assert sync(tmp_path, source, target_proxy, images=images, values={"unmirrored": "warn"}) == 1  # hami-denied
+    one_at_a_time = {"blob_concurrency": 1}  # so that hami-denied's later blobs come after its first refusal
+    code = sync(tmp_path, source, target_proxy, images=images, values={"unmirrored": "warn"}, transfer=one_at_a_time)
+    assert code == 1  # hami-denied
 
     assert refused_mount.applied >= 1 and refused_upload.applied >= 1
+    # after its first refusal of each kind, no mount was tried into the repository that takes no push
+    denied = [e for e in target_proxy.log if e.method == "POST" and "/mirrored/hami-denied/" in e.path]
+    assert sum("mount=" in e.path for e in denied) == 1, denied
     assert (denied_waits.released, again_waits.released) == (denied_waits.applied, again_waits.applied)
     log = target.access_log()[mark:]
     again = [e for e in mount_attempts(log) if "/v2/mirrored/hami-again/" in e.path]

@@ -215,3 +215,26 @@ def test_releases_of_one_run_sharing_an_image_ask_for_it_once(
             {"hami": copied, "kube-webhook-certgen": copied},
             {"hami": copied, "kube-webhook-certgen": "up-to-date"},
         ]
+
+
+def test_a_later_release_tries_again_an_image_whose_copy_failed_in_an_earlier_one(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copy that failed for a passing reason (the target answered 500 for the retries' whole budget) is not
+    the later release's answer: it copies the image again, where it took the failure as its own."""
+    seed_release(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))
+    with fault_proxy(target.port) as proxy:
+        refused = Fault("status", method="PUT", path=r"/kube-webhook-certgen/manifests/v1\.1\.1", status=500, count=2)
+        proxy.add(refused)
+        retry = {"attempts": 2, "base_delay": 0.01, "max_delay": 0.01}
+        config = write_config(tmp_path / "mirror.yaml", source, [proxy], retry=retry)
+        assert main(["sync", "v2.9.0", VERSION, "--config", str(config), "--json"]) == 1
+
+    actions = [
+        {i["name"]: i["targets"][0]["action"] for i in release["images"]}
+        for release in json.loads(capsys.readouterr().out)
+    ]
+    assert refused.applied == 2
+    assert [a["kube-webhook-certgen"] for a in actions] == ["failed", "copied"]

@@ -709,8 +709,13 @@ def test_a_password_from_a_variable_or_a_file_is_sent_as_the_load_check_reads_it
             "s3cret-admin-pw",
             """'{"grafana":{"adminPassword":"<value>"}}'""",
         ),
+        (
+            "MIRROR_VALUES__EXTRA__DEVICEPLUGIN",
+            "plugin-value-8",
+            """'{"DEVICEPLUGIN":"<value>"}' (each key as the chart spells it: devicePlugin, not DEVICEPLUGIN)""",
+        ),
     ],
-    ids=["two-keys-down", "one-key-down", "a-password"],
+    ids=["two-keys-down", "one-key-down", "a-password", "upper-case"],
 )
 def test_a_variable_below_free_form_helm_values_is_refused_with_the_json_form(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, json_form: str

@@ -21,7 +21,6 @@ log = logging.getLogger("mirror")
 # matched whole: USER_NOT_EXIST (a RAM identity that never opened the ACR console) or INSTANCE_NOT_EXIST say otherwise
 NAMESPACE_MISSING = frozenset({"NAMESPACE_NOT_EXIST"})
 REPOSITORY_MISSING = frozenset({"REPO_NOT_EXIST"})  # GetRepository's answer for a repository not there
-MISSING = NAMESPACE_MISSING | REPOSITORY_MISSING
 REPOSITORY_THERE = frozenset({"REPO_ALREADY_EXIST"})  # made meanwhile (another run): what was wanted
 LOOKUPS_AT_ONCE = 4  # GetRepository calls in flight: each holds a worker thread, and the OpenAPI throttles bursts
 REPOSITORY_SUMMARY = "Mirrored by mirror"  # CreateRepository requires a summary (1 to 80 characters)
@@ -121,7 +120,9 @@ async def _repository(login: AcrLogin, instance: str, namespace: str, name: str)
 
     request = models.GetRepositoryRequest(instance_id=instance, repo_namespace_name=namespace, repo_name=name)
     action = f"GetRepository {namespace}/{name}"
-    found = await _looked_up(login, instance, action, lambda: login.client().get_repository(request).body)
+    found = await _looked_up(
+        login, instance, action, lambda: login.client().get_repository(request).body, REPOSITORY_MISSING
+    )
     return found is not None
 
 
@@ -146,22 +147,26 @@ async def _namespace(login: AcrLogin, instance: str, namespace: str) -> Any:
 
     request = models.GetNamespaceRequest(instance_id=instance, namespace_name=namespace)
     action = f"GetNamespace {namespace}"
-    return await _looked_up(login, instance, action, lambda: login.client().get_namespace(request).body)
+    return await _looked_up(
+        login, instance, action, lambda: login.client().get_namespace(request).body, NAMESPACE_MISSING
+    )
 
 
-async def _looked_up(login: AcrLogin, instance: str, action: str, call: Callable[[], Any]) -> Any:
-    """A Get call's answer, or None where it says the thing is not there (a code of `MISSING`, raised or in the
+async def _looked_up(
+    login: AcrLogin, instance: str, action: str, call: Callable[[], Any], missing: frozenset[str]
+) -> Any:
+    """A Get call's answer, or None where it says the thing is not there (a code of `missing`, raised or in the
     answer); a refusal said with its code (`ACR_REFUSALS`' hints)."""
     try:
         body: Any = await login.call(call)
     except LoginError as exc:
-        if exc.code in MISSING:
+        if exc.code in missing:
             return None
         if exc.code in ACR_REFUSALS:
             raise login.refused(action, instance, exc.code) from None
         raise
     if getattr(body, "is_success", True) is False:
-        if body.code in MISSING:
+        if body.code in missing:
             return None
         raise login.refused(action, instance, body.code)
     return body

@@ -54,6 +54,7 @@ class MountGate:
     refused: bool = False
     guessing: bool = True
     answered: bool = False
+    no_push: set[str] = field(default_factory=set)  # repositories that refused an upload session: no mount tried
     _first: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @asynccontextmanager
@@ -244,6 +245,8 @@ class _BlobTransfer:
             async with mounts.turn() as allowed:
                 # asked again after the wait: the first mount's answer may have ended the guesses, or the mounts
                 source = self.blobs.mount_source(repository, blob.digest) if allowed else None
+                if repository in mounts.no_push:  # it refused an upload session: the mount would be refused too
+                    source = None
                 if source is not None:
                     try:
                         started = await self.client.start_upload(repository, blob.digest, source)
@@ -252,9 +255,14 @@ class _BlobTransfer:
                     except RegistryError as refusal:
                         if refusal.transient:
                             raise
-                        # an ordinary session refused too: the refusal was this repository's, not the mount's
-                        session = await self._ordinary_session()
-                        mounts.refuse(self.client.host, refusal, not self.blobs.known_present(source, blob.digest))
+                        guessed = not self.blobs.known_present(source, blob.digest)
+                        try:
+                            session = await self._ordinary_session()
+                        except RegistryError as again:
+                            if not again.transient:  # the refusal was this repository's, not the mount's
+                                mounts.no_push.add(repository)
+                            raise
+                        mounts.refuse(self.client.host, refusal, guessed)
                         return session
         return await self._ordinary_session()
 

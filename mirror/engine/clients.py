@@ -103,6 +103,10 @@ class Clients:
             del self._tags[key]
         return await asyncio.shield(memoised(self._tags, key, lambda: self[host].head_manifest(repository, identifier)))
 
+    def forget_tags(self) -> None:
+        """Drop what `head_tag` learnt: after a wait in which another run may have moved a tag."""
+        self._tags.clear()
+
     def login(self, host: str) -> TemporaryLogin | None:
         """The host's temporary login (an ACR host configured with `aliyun:`), one for the whole run."""
         host = api_host(host)

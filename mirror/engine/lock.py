@@ -76,22 +76,25 @@ def uses_database_locks(settings: MirrorSettings) -> bool:
 @asynccontextmanager
 async def target_locks(
     settings: MirrorSettings, jobs: list[ReleaseJob], enabled: bool = True, shutdown: Shutdown | None = None
-) -> AsyncIterator[None]:
+) -> AsyncIterator[bool]:
     """Hold every target's lock for the body, watched; raises LockLost after a body that ran while one was lost,
-    and Interrupted if the run is stopped while it waits for one."""
+    and Interrupted if the run is stopped while it waits for one. The body is told whether it had to wait for a
+    lock (another run held it: what was learnt before may have changed since)."""
     names = sorted({lock_name(t.registry, t.namespace) for job in jobs for t in job.targets})
     async with AsyncExitStack() as held:
         locks: dict[str, TargetLock] = {}
+        waited = False
         if enabled:
             database = uses_database_locks(settings)
             for name in names:  # always in the same order: two runs never wait on each other in a circle
                 lock: TargetLock = (
                     AdvisoryLock(settings.database_url or "", name) if database else FileLock(lock_dir(settings) / name)
                 )
-                await held.enter_async_context(_waiting(lock, name, settings.lock_timeout, shutdown or Shutdown()))
+                gate = _waiting(lock, name, settings.lock_timeout, shutdown or Shutdown())
+                waited = await held.enter_async_context(gate) or waited
                 locks[name] = lock
         async with _watched(locks):
-            yield
+            yield waited
 
 
 _watch: ContextVar[LockWatch | None] = ContextVar("mirror_target_lock_watch", default=None)
@@ -150,8 +153,9 @@ class LockWatch:
 
 
 @asynccontextmanager
-async def _waiting(attempts: TargetLock, name: str, wait_limit: float, shutdown: Shutdown) -> AsyncIterator[None]:
-    """Try the lock until it is ours, `wait_limit` passes or the run is stopped; release it on the way out."""
+async def _waiting(attempts: TargetLock, name: str, wait_limit: float, shutdown: Shutdown) -> AsyncIterator[bool]:
+    """Try the lock until it is ours, `wait_limit` passes or the run is stopped, and say whether it had to wait;
+    release it on the way out."""
     started = time.monotonic()
     announced = False
     try:
@@ -167,7 +171,7 @@ async def _waiting(attempts: TargetLock, name: str, wait_limit: float, shutdown:
                 log.warning("waiting for another mirror sync of the same target (%s, %s)", name, attempts.where)
                 announced = True
             await asyncio.sleep(POLL_SECONDS)
-        yield
+        yield announced
     finally:
         await attempts.close()
 

@@ -23,7 +23,7 @@ from mirror.engine.discover import DiscoveryError, discover, discovery_host
 from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_jobs, check_versions, select_targets
 from mirror.engine.lock import target_locks
 from mirror.engine.namespaces import prepare_namespaces
-from mirror.engine.outcomes import Copied, UpToDate
+from mirror.engine.outcomes import Copied, Failed, UpToDate
 from mirror.engine.plan import apply_policy
 from mirror.engine.policy import signable
 from mirror.engine.referrers import Found
@@ -155,12 +155,15 @@ class Syncer:
     async def run_image(self, job: ImageJob) -> ImageResult:
         """The image's copy to every target, once per run: a later release of the run that uses the same image
         (certgen's tag, which HAMi's releases share) takes the earlier one's result, what it copied now up to
-        date, and asks no registry anything again."""
+        date, and asks no registry anything again. A result that may pass (a failed copy, a source that did not
+        answer) is not taken: the later release tries again."""
         key = _same_copy(job)
         earlier = self._images_done.get(key)
         if earlier is not None:
             return _as_again(earlier)
-        result = self._images_done[key] = await self._run_image(job)
+        result = await self._run_image(job)
+        if _settled(result):
+            self._images_done[key] = result
         return result
 
     async def _run_image(self, job: ImageJob) -> ImageResult:
@@ -319,7 +322,9 @@ async def sync(
         warn_unmatched_rules(settings, jobs)
         warn_unused_registries(settings, jobs)
         shutdown.check()
-        async with target_locks(settings, jobs, enabled=not options.dry_run, shutdown=shutdown):
+        async with target_locks(settings, jobs, enabled=not options.dry_run, shutdown=shutdown) as waited:
+            if waited:  # another run held a target meanwhile: the source's tags are asked anew
+                clients.forget_tags()
             shutdown.check()
             await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
             return await Syncer(settings, clients, options, progress, shutdown).run(jobs)
@@ -387,6 +392,12 @@ def _same_copy(job: ImageJob) -> Hashable:
     repository, tag and platform filter."""
     places = tuple((ref.name, str(ref.repository), tuple(job.platforms_at(ref) or ())) for ref in job.targets)
     return (job.image.name, str(job.source), job.source_identifier, job.tag, places)
+
+
+def _settled(result: ImageResult) -> bool:
+    """Whether another try in the run would end the same: every target reached (up to date, copied, planned) or
+    refused for good (drift, a refusal); no failure that may pass, no source that did not answer."""
+    return result.error is None and not any(isinstance(t.outcome, Failed) for t in result.targets)
 
 
 def _as_again(earlier: ImageResult) -> ImageResult:

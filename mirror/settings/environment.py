@@ -94,9 +94,11 @@ def _below_free_form(parts: list[str], index: int) -> str:
     for key in reversed(parts[index:]):
         leaf = {key: leaf}
     example = json.dumps(leaf, separators=(",", ":"))
-    return (
-        f"a variable's name loses the case of the Helm keys below {whole}: set it whole, as JSON: {whole}='{example}'"
-    )
+    said = f"a variable's name loses the case of the Helm keys below {whole}: set it whole, as JSON: "
+    said += f"{whole}='{example}'"
+    if any(key.isupper() for key in parts[index:]):  # written as variable names are, not as the chart spells them
+        said += " (each key as the chart spells it: devicePlugin, not DEVICEPLUGIN)"
+    return said
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
