@@ -127,11 +127,16 @@ def parse_proxy(value: str, variable: str) -> Proxy:
         raise ProxySettingError(shape)
     login = None if parts.username is None else (unquote(parts.username), unquote(parts.password or ""))
     if scheme != "http":
-        if login is not None and not (0 < len(login[0].encode()) <= MAX_SOCKS_FIELD >= len(login[1].encode())):
+        if login is not None and not _fits_socks(*login):
             raise ProxySettingError(f"{variable}: a SOCKS5 login's user is 1 to 255 bytes, its password 0 to 255")
         return Proxy(host, port, socks=True, login=login)
     authorization = None if login is None else "Basic " + base64.b64encode(":".join(login).encode()).decode("ascii")
     return Proxy(host, port, authorization)
+
+
+def _fits_socks(user: str, password: str) -> bool:
+    """RFC 1929's fields: a user of 1 to 255 bytes, a password of at most 255 (empty, as Go's client allows)."""
+    return 0 < len(user.encode()) <= MAX_SOCKS_FIELD and len(password.encode()) <= MAX_SOCKS_FIELD
 
 
 def bypassed(host: str, port: int, no_proxy: tuple[str, ...]) -> bool:
