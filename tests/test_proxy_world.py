@@ -6,7 +6,7 @@ goes through the tunnel too, and a refused proxy login is one line that shows no
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -72,14 +72,20 @@ def test_a_release_goes_through_the_proxy_and_no_proxy_goes_direct(
 
 
 def test_http2_goes_through_the_tunnel(tmp_path: Path, world: World, proxy: ForwardProxy) -> None:
+    assert_http2_through(tmp_path, world, proxy.url(), proxy.tunnels)
+
+
+def assert_http2_through(tmp_path: Path, world: World, proxy_url: str, tunnels: Callable[[], list[str]]) -> None:
+    """A release synced with Docker Hub over HTTP/2 (httpx's own transport) through the proxy at `proxy_url`,
+    whose `tunnels` name Docker Hub, its token server and ACR."""
     config = shipped_config(tmp_path)
     data = yaml.safe_load(config.read_text())
     data["registries"][HUB] = {"http2": True}
     config.write_text(yaml.safe_dump(data))
 
-    sync(world, config, tmp_path, ACR_PASSWORD=ACR_USER[1], HTTPS_PROXY=proxy.url())
+    sync(world, config, tmp_path, ACR_PASSWORD=ACR_USER[1], HTTPS_PROXY=proxy_url)
 
-    assert {HUB, HUB_AUTH, ACR} <= hosts(proxy.tunnels())
+    assert {HUB, HUB_AUTH, ACR} <= hosts(tunnels())
     log = (world.directory / "hub" / "registry.log").read_text(errors="replace")
     assert '"HEAD /v2/projecthami/hami/manifests/v2.10.0 HTTP/2.0"' in log
 

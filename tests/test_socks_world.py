@@ -13,7 +13,7 @@ import yaml
 
 from tests.forwardproxy import SocksProxy, socks_proxy
 from tests.realnames import ACR_USER
-from tests.test_proxy_world import ACR, ACR_AUTH, CDN, CHARTS, HUB, HUB_AUTH, hosts, sync
+from tests.test_proxy_world import ACR, ACR_AUTH, CDN, CHARTS, HUB, HUB_AUTH, assert_http2_through, hosts, sync
 from tests.test_realnames import NAMESPACE, World, requests, shipped_config, start_world
 
 LOGIN = ("mirror", "proxy-s3cret")
@@ -46,16 +46,7 @@ def test_a_release_goes_through_the_socks_proxy(tmp_path: Path, world: World, pr
 
 
 def test_http2_goes_through_the_socks_proxy(tmp_path: Path, world: World, proxy: SocksProxy) -> None:
-    config = shipped_config(tmp_path)
-    data = yaml.safe_load(config.read_text())
-    data["registries"][HUB] = {"http2": True}
-    config.write_text(yaml.safe_dump(data))
-
-    sync(world, config, tmp_path, ACR_PASSWORD=ACR_USER[1], HTTPS_PROXY=proxy.url())
-
-    assert {HUB, HUB_AUTH, ACR} <= hosts(proxy.tunnels())
-    log = (world.directory / "hub" / "registry.log").read_text(errors="replace")
-    assert '"HEAD /v2/projecthami/hami/manifests/v2.10.0 HTTP/2.0"' in log
+    assert_http2_through(tmp_path, world, proxy.url(), proxy.tunnels)
 
 
 def test_a_refused_socks_login_is_said_without_the_password(tmp_path: Path, world: World, proxy: SocksProxy) -> None:
