@@ -428,6 +428,24 @@ def test_a_job_store_out_of_reach_is_a_503_and_a_scheduled_tick_waits_for_it(
     assert "Traceback" not in running.log.read_text()
 
 
+def test_a_tick_waiting_for_the_job_store_when_the_service_stops_is_one_line(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, database_url: str
+) -> None:
+    """The service stopped while a scheduled tick waits for the job store: one line saying the tick was not
+    queued, where APScheduler logged the cancelled wait as a traceback."""
+    config = service_config(tmp_path, source, target, database_url=database_url, schedule="*/2 * * * * *")
+    running = Service(config, free_port())
+    running.start()
+    try:
+        with store_out_of_reach(database_url):
+            wait_for(lambda: "scheduled discovery not queued yet" in running.log.read_text())
+            assert running.stopped_cleanly()  # while the tick waits
+    finally:
+        running.stop()
+    log = running.log.read_text()
+    assert "not queued: the service stopped first" in log and "Traceback" not in log, log
+
+
 def test_an_outcome_the_database_refuses_is_recorded_as_an_internal_error(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, database_url: str
 ) -> None:

@@ -6,6 +6,7 @@ follow-up: discovery ran twice, and its failures and drift were announced twice)
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
@@ -24,7 +25,11 @@ def start_scheduler(expression: str, enqueue: Callable[[str | None], Awaitable[N
     trigger = cron_trigger(expression)
 
     async def tick() -> None:
-        await enqueue(tick_delivery(trigger, datetime.datetime.now(datetime.UTC)))
+        delivery = tick_delivery(trigger, datetime.datetime.now(datetime.UTC))
+        try:
+            await enqueue(delivery)
+        except asyncio.CancelledError:  # the service stopping while the tick waits for the job store: one line,
+            log.warning("scheduled discovery %s not queued: the service stopped first", delivery)  # no traceback
 
     scheduler = AsyncIOScheduler(timezone="UTC")
     scheduler.add_job(
