@@ -6,7 +6,6 @@ empty that no Helm render settled is checked at the source against its `v` twin 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
 from dataclasses import replace
 
@@ -16,9 +15,9 @@ from mirror.chart.render import RenderRequest
 from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, published_versions
 from mirror.chart.tags import resolve_tags
 from mirror.engine.clients import Clients, retry_policy
-from mirror.engine.jobs import FetchedChart, InstallCharts, install_spec, release_spec
+from mirror.engine.jobs import FetchedChart, InstallCharts, copied_as_named, install_spec, release_spec
 from mirror.errors import MirrorError
-from mirror.reference import Repository, api_host
+from mirror.reference import Repository
 from mirror.registry import RegistryClient
 from mirror.release import VersionError, chart_version, normalise_version, version_key
 from mirror.settings import NEWEST, InstallChartSettings, MirrorSettings
@@ -113,16 +112,12 @@ async def settle_guessed_tags(
 
 
 def _unsettled(settings: MirrorSettings, spec: ChartSpec, block: ImageBlock) -> bool:
-    """A guessed tag (`images.py`) that no render settled, of a block the run copies as the chart names it
-    (`jobs.py`: not inside a list, not in a subchart left off under `subcharts: enabled`, not at a registry nodes
-    pull from as it is, not taken over by a configured image) and whose guess has a `v` twin to ask for."""
-    assert settings.chart is not None
-    if not block.tag_inferred or block.tag_check or block.in_list or tag_twin(block.tag) is None:
+    """A guessed tag (`images.py`) that no render settled, whose guess has a `v` twin to ask for, of a block the run
+    copies as the chart names it (`jobs.copied_as_named`; the release chart's blocks are the configured images'
+    where `images:` lists them)."""
+    if not block.tag_inferred or block.tag_check or tag_twin(block.tag) is None:
         return False
-    if (not block.enabled and spec.subcharts == "enabled") or (spec.is_release_chart and settings.images):
-        return False
-    allowed = any(fnmatch.fnmatch(api_host(block.registry), p) for p in settings.chart.allowed_registries)
-    return settings.chart.mirror_acr_images or not allowed
+    return not (spec.is_release_chart and settings.images) and copied_as_named(settings, spec, block)
 
 
 async def _tag_at_source(clients: Clients, source: Repository, guess: str) -> str:

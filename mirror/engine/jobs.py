@@ -316,19 +316,13 @@ def _chart_job(
 ) -> ChartJob:
     """Every block of the chart outside the allowed registries becomes a use of its copy; one inside a list, which
     values cannot point at a copy, is left where it is (`unmirrored`)."""
-    mirror_allowed = settings.chart is not None and settings.chart.mirror_acr_images
     uses: list[ImageUse] = []
     unmirrored: list[ImageBlock] = []
     for block in blocks:
-        allowed = _allowed(settings, block.registry)
-        if not block.enabled and spec.subcharts == "enabled":
-            continue  # a subchart that is off: turning it on later needs another run
-        if block.in_list:
-            if not allowed:
+        if not copied_as_named(settings, spec, block):
+            if block.in_list and _in_the_install(spec, block) and not _allowed(settings, block.registry):
                 unmirrored.append(block)
             continue
-        if allowed and not mirror_allowed:
-            continue  # nodes pull it as it is (kube-scheduler from ACR)
         name = flat_name(block.source, settings.source.registry)
         tag = block.tag or pinned_tag(block.digest or "")
         copy = _index(copies, _Copy(ReleaseImage(name), block.source, tag, block.digest))
@@ -366,6 +360,21 @@ def _index(copies: dict[_Copy, int], copy: _Copy) -> int:
 
 def _platforms(image: ImageSettings) -> tuple[str, ...] | None:
     return tuple(image.platforms) if image.platforms else None
+
+
+def copied_as_named(settings: MirrorSettings, spec: ChartSpec, block: ImageBlock) -> bool:
+    """Whether the run copies `block` as the chart names it: not in a subchart left off under `subcharts: enabled`
+    (turning it on later needs another run), not inside a list (values cannot point it at a copy without
+    replacing the whole list), not at a registry nodes pull from as it is (kube-scheduler from ACR) unless
+    `chart.mirror_acr_images`."""
+    if not _in_the_install(spec, block) or block.in_list:
+        return False
+    mirror_allowed = settings.chart is not None and settings.chart.mirror_acr_images
+    return mirror_allowed or not _allowed(settings, block.registry)
+
+
+def _in_the_install(spec: ChartSpec, block: ImageBlock) -> bool:
+    return block.enabled or spec.subcharts != "enabled"
 
 
 def _allowed(settings: MirrorSettings, registry: str) -> bool:

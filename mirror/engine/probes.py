@@ -5,8 +5,8 @@ manifest and blob the target should hold is asked at once, in the same wave as t
 one round trip, and a copy plans from the same answers. An answer is what the target held when asked; what the
 run pushes afterwards is known to `TargetBlobs`, not here.
 
-`pulls_anonymously`: whether something the run holds at a target (a published chart) can be pulled without
-credentials, asked the way the images' pull check asks it."""
+`pulls_anonymously`: whether something the run holds at a target (an image's tag, a published chart) can be
+pulled without credentials."""
 
 from __future__ import annotations
 
@@ -57,17 +57,17 @@ class TargetProbes:
 
 
 async def pulls_anonymously(
-    client: RegistryClient, anonymous: Callable[[str], RegistryClient], repository: str, tag: str
+    client: RegistryClient, anonymous: Callable[[str], RegistryClient], repository: str, tag: str, found: bool = True
 ) -> bool:
-    """Can a client without credentials (a node, Helm not logged in) pull `repository:tag`, which `client` (the
-    run's own for the registry) found there? No where the edition never allows it; yes where the registry never
-    challenged `client`, whose look went without credentials; else one `HEAD` by the run's anonymous client for
+    """Can a client without credentials (a node, Helm not logged in) pull `repository:tag`? No where the edition
+    never allows it; where the registry never challenged `client` (the run's own for the registry), its look at the
+    tag (`found`) went without credentials and is the answer; else one `HEAD` by the run's anonymous client for
     the host (`anonymous`), within the run's deadline: an answer without the tag, or no answer, is a no."""
     host = client.host
     if acr.allows_anonymous_pull(host) is False:
         return False
     if client.answers_anyone:
-        return True
+        return found
     try:
         return await anonymous(host).head_manifest(repository, tag) is not None
     except MirrorError:

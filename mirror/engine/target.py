@@ -33,6 +33,7 @@ from mirror.engine.outcomes import (
 )
 from mirror.engine.plan import apply_policy, plan_target
 from mirror.engine.policy import is_runnable, policy_of, policy_text, signable, source_digest_of
+from mirror.engine.probes import pulls_anonymously
 from mirror.engine.referrers import ArtifactSource, Carried, Found, carry_referrers
 from mirror.engine.shutdown import Interrupted
 from mirror.engine.statecache import ManifestCache
@@ -271,22 +272,12 @@ class TargetStages:
         return await asyncio.shield(self.cache.referrers_of(job, digest, api))
 
     def _pull_check(self, ref: TargetRef, tag: str, found: bool) -> asyncio.Future[bool]:
-        """Can a node without credentials pull the tag? Decides whether the values need a pull secret. Where
-        the registry has never asked this run for credentials, the run's own look at the tag (`found`) went
-        without them and is the answer; otherwise an anonymous client asks."""
-        host = ref.repository.registry
-        if acr.allows_anonymous_pull(host) is False or self.cache.clients[host].answers_anyone:
-            known = asyncio.get_running_loop().create_future()
-            known.set_result(found and acr.allows_anonymous_pull(host) is not False)
-            return known
-        return asyncio.ensure_future(self._pullable(ref, tag))
-
-    async def _pullable(self, ref: TargetRef, tag: str) -> bool:
-        client = self.cache.anonymous_client(ref.repository.registry)
-        try:
-            return await client.head_manifest(ref.repository.name, tag) is not None
-        except MirrorError:
-            return False
+        """Can a node without credentials pull the tag? Decides whether the values need a pull secret; asked now,
+        alongside the decision (`probes.pulls_anonymously`: the run's own look at the tag, `found`, where the
+        registry never asked this run for credentials)."""
+        client = self.cache.clients[ref.repository.registry]
+        check = pulls_anonymously(client, self.cache.anonymous_client, ref.repository.name, tag, found)
+        return asyncio.ensure_future(check)
 
     async def _verify(
         self,
