@@ -114,6 +114,10 @@ def test_a_chunked_upload_whose_resumes_get_no_further_is_still_bounded_by_the_a
     assert not blob_exists(target, "mirrored/layer", digest)
 
 
+async def no_wait(delay: float) -> None:
+    """The retries' sleep, taken at once: what is counted is the tries, not the time."""
+
+
 async def test_an_attempt_that_secures_more_costs_no_attempt_and_one_that_secures_nothing_does() -> None:
     """Three attempts allowed: two failures that each secure more are free, then three that secure nothing
     end it, five tries in all; the mark that counts is the highest yet, not any change."""
@@ -125,9 +129,6 @@ async def test_an_attempt_that_secures_more_costs_no_attempt_and_one_that_secure
         tries.append(attempt)
         mark[0] = next(marks)
         raise TimeoutError("reset")
-
-    async def no_wait(delay: float) -> None:
-        pass
 
     policy = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0, max_elapsed=60.0)
     with pytest.raises(TimeoutError):
@@ -159,9 +160,6 @@ async def test_attempts_that_move_nothing_are_still_bounded_by_the_budget(monkey
         if attempt == 1:
             moved[0] += 1  # only the first moves bytes
         raise TimeoutError("reset")
-
-    async def no_wait(delay: float) -> None:
-        pass
 
     policy = RetryPolicy(attempts=5, base_delay=0.0, max_delay=0.0, max_elapsed=1.0)
     with pytest.raises(TimeoutError):
