@@ -238,3 +238,30 @@ def test_a_later_release_tries_again_an_image_whose_copy_failed_in_an_earlier_on
     ]
     assert refused.applied == 2
     assert [a["kube-webhook-certgen"] for a in actions] == ["failed", "copied"]
+
+
+def test_releases_of_one_run_sharing_a_missing_tag_ask_the_source_about_it_once(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tag the source does not have fails each release that names it, from one HEAD and one look at the
+    repository's tag list in the run (the look that tells a misspelt repository from a missing tag)."""
+    seed_release(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))
+    images = [
+        {"name": "hami", "source": "projecthami/hami", "tag": "{version}", "values_keys": ["devicePlugin.image"]},
+        {"name": "certgen", "source": "liangjw/kube-webhook-certgen", "tag": "v1.1.9", "values_keys": ["x.image"]},
+    ]
+    config = write_config(tmp_path / "mirror.yaml", source, [target], images=images)
+
+    mark = len(source.access_log())
+    assert main(["sync", "v2.9.0", VERSION, "--config", str(config), "--json"]) == 1
+    at_source = requests_since(source, mark)
+    assert asked_twice(at_source) == {}
+    asked = [f"{e.method} {e.path}" for e in at_source if "kube-webhook-certgen" in e.path and e.status != 401]
+    assert sorted(asked) == [
+        "GET /v2/liangjw/kube-webhook-certgen/tags/list?n=1",
+        "HEAD /v2/liangjw/kube-webhook-certgen/manifests/v1.1.9",
+    ]
+    reasons = [i.get("error") or "" for r in json.loads(capsys.readouterr().out) for i in r["images"]]
+    assert sum("v1.1.9: tag not found at the source" in reason for reason in reasons) == 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
-from mirror.engine.tasks import memoised
+from mirror.engine.tasks import asked_again_if_failed
 from mirror.oci import Descriptor
 from mirror.reference import api_host
 from mirror.registry import RegistryClient
@@ -82,6 +82,7 @@ class Clients:
         self._open: dict[str, RegistryClient] = {}
         self._logins: dict[str, TemporaryLogin | None] = {}
         self._tags: dict[tuple[str, str, str], asyncio.Future[Descriptor | None]] = {}
+        self._repositories: dict[tuple[str, str], asyncio.Future[bool]] = {}
         self.proxies = environment_proxies()  # a variable mirror cannot use stops the run here, before any request
 
     def __getitem__(self, host: str) -> RegistryClient:
@@ -98,14 +99,19 @@ class Clients:
         takes its answer (a registry is never asked the same thing twice in a run). A failed one is asked again
         by the next caller."""
         key = (api_host(host), repository, identifier)
-        answer = self._tags.get(key)
-        if answer is not None and answer.done() and (answer.cancelled() or answer.exception() is not None):
-            del self._tags[key]
-        return await asyncio.shield(memoised(self._tags, key, lambda: self[host].head_manifest(repository, identifier)))
+        return await asked_again_if_failed(self._tags, key, lambda: self[host].head_manifest(repository, identifier))
+
+    async def has_repository(self, host: str, repository: str) -> bool:
+        """Whether the source knows a repository, asked once per run as `head_tag` is: releases sharing a missing
+        tag each need to know whether its repository is misspelt."""
+        key = (api_host(host), repository)
+        return await asked_again_if_failed(self._repositories, key, lambda: self[host].has_repository(repository))
 
     def forget_tags(self) -> None:
-        """Drop what `head_tag` learnt: after a wait in which another run may have moved a tag."""
+        """Drop what `head_tag` and `has_repository` learnt: after a wait in which another run may have moved a
+        tag."""
         self._tags.clear()
+        self._repositories.clear()
 
     def login(self, host: str) -> TemporaryLogin | None:
         """The host's temporary login (an ACR host configured with `aliyun:`), one for the whole run."""

@@ -228,7 +228,6 @@ class Syncer:
         misspelt name) from an unknown tag: only then is the registry asked whether it knows the repository, and
         where that look-up fails, the tag is blamed as the 404 alone would have it. A pinned digest is not looked
         up: distribution answers a repository holding only untagged manifests as unknown to its tag list."""
-        source = self.clients[job.source.registry]
         try:
             resolved = await self.clients.head_tag(job.source.registry, job.source.name, job.source_identifier)
         except MirrorError as exc:
@@ -238,7 +237,7 @@ class Syncer:
         if job.digest:  # a repository of untagged manifests has no tag list either: it would read as missing
             return f"{job.source_ref}: the pinned digest is no longer served at the source"
         try:
-            repository_known = await source.has_repository(job.source.name)
+            repository_known = await self.clients.has_repository(job.source.registry, job.source.name)
         except MirrorError:
             repository_known = True
         if not repository_known:

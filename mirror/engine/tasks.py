@@ -29,6 +29,15 @@ def memoised(table: dict[K, asyncio.Future[T]], key: K, start: Callable[[], Awai
     return answer
 
 
+async def asked_again_if_failed(table: dict[K, asyncio.Future[T]], key: K, ask: Callable[[], Awaitable[T]]) -> T:
+    """`memoised`'s shared answer, where one that failed or was cancelled is not kept: the next caller asks
+    again. The caller's own cancellation leaves the shared work running for the others."""
+    answer = table.get(key)
+    if answer is not None and answer.done() and (answer.cancelled() or answer.exception() is not None):
+        del table[key]
+    return await asyncio.shield(memoised(table, key, ask))
+
+
 def cancel_all(*tables: Mapping[Any, asyncio.Future[Any]]) -> None:
     """Cancel what is still under way in memo tables (a settled answer ignores it)."""
     for table in tables:
