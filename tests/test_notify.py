@@ -312,7 +312,7 @@ def test_three_replicas_post_one_message_per_job_with_its_link(
     assert sorted(m["release"] for m in messages) == sorted(versions)  # one per job, not one per replica
     for message in messages:  # people land on the job's card on the status page; programs get the values file
         job_id, release = jobs[message["release"]], message["release"]
-        assert message["page"] == f"https://mirror.example.com/#job-{job_id}"
+        assert message["page"] == f"https://mirror.example.com/?job={job_id}"
         assert message["values"] == ["https://mirror.example.com" + values_url(job_id, release, "t0", "hami")]
         assert message["helm_lines"][0].startswith("helm upgrade --install hami ")
 

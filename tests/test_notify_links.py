@@ -1,7 +1,7 @@
 """The link in the service's messages leads a person to the job on the status page, not to the job API's JSON:
 each chat's link is followed to the running `mirror serve` and must answer its HTML page (the login form without a
 session, the job's card with the release's values with one). The generic webhook's JSON gives programs each values
-file's download. The link keeps its `#job-<id>` in every chat's format and survives a chat's cut. Each post goes to
+file's download. The link keeps its `?job=<id>` in every chat's format and survives a chat's cut. Each post goes to
 a real receiver on loopback that checks the platform's signature, as in tests/test_notify.py."""
 
 from __future__ import annotations
@@ -98,14 +98,16 @@ def test_each_chats_link_to_a_mirrored_release_opens_the_status_page_at_the_job_
         cold = httpx.get(reach(clicked), follow_redirects=True, timeout=10)
         assert cold.status_code == 200 and cold.headers["content-type"].startswith("text/html"), cold.text[:300]
         assert cold.url.path == "/login" and 'name="token"' in cold.text
+        assert cold.url.query == f"job={mirrored['id']}".encode()  # the form posts there; the login goes on to it
 
         # with the page's session: the job's card, its release and its values file per target and chart
         login = httpx.post(f"{running.url}/login", data={"token": API_TOKEN}, timeout=10)
         session = {COOKIE: login.cookies[COOKIE]}
         shown = httpx.get(reach(clicked), cookies=session, timeout=10)
         assert shown.status_code == 200 and shown.headers["content-type"].startswith("text/html"), shown.text[:300]
-        page_link = f"{public}/#job-{mirrored['id']}"
-        assert clicked == page_link  # the browser scrolls to the job's card, `id="job-<id>"`
+        page_link = f"{public}/?job={mirrored['id']}"
+        assert clicked == page_link  # the page shows the job's card alone, `id="job-<id>"`
+        assert shown.text.count('<section class="card job"') == 1
         card = job_card(shown.text, mirrored["id"])
         download = values_url(mirrored["id"], VERSION, "t0", "hami")
         assert VERSION in card and "Values for <strong>t0</strong> (hami" in card and f'href="{download}"' in card
@@ -127,7 +129,7 @@ def test_each_chats_link_to_a_mirrored_release_opens_the_status_page_at_the_job_
         assert fetched.status_code == 200 and fetched.text == written.text
 
         # a failed job's message leads to its card too, where each reason is shown
-        failed_link = f"{public}/#job-{failed['id']}"
+        failed_link = f"{public}/?job={failed['id']}"
         for kind in CHATS:
             text = by_release[kind][ABSENT].text()
             assert f"{ABSENT} FAILED: " in text and the_link(kind, text, public) == failed_link, (kind, text)
@@ -142,8 +144,8 @@ def test_the_jobs_link_keeps_its_anchor_in_every_chat_and_survives_each_chats_cu
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, receivers: dict[str, Receiver]
 ) -> None:
     """A failure too long for any chat keeps its headline and, second, the job's link: the cut drops failure lines
-    from the end. The markdown chats' look-alikes (`＃` for `#`) would have broken the address."""
-    page_link = "https://mirror.example.com/#job-Ab3_x-9"
+    from the end. The markdown chats' look-alikes would have broken the address."""
+    page_link = "https://mirror.example.com/?job=Ab3_x-9"
     reason = "denied: <repository> [name] *unknown* # " * 8
     failures = tuple(Failure(f"image-{n:02d}", target, reason) for n in range(60) for target in ("t0", "t1"))
     event = Failed(VERSION, failures, page_link)

@@ -222,7 +222,22 @@ def browse(
     driver.get(home)
     wait_for_url(driver, login)
 
-    # a notification's link to a job's card, followed without a session: the login form, then that card
+    # a notification's link to a job, followed without a session: the login form, then that job's card alone
+    # (found however many jobs came after it); the `#job-<id>` of older messages still leads to the card
+    one = f"{running.url}{page.job_url(copied['id'])}"
+    assert one == f"{home}?job={copied['id']}"
+    driver.get(one)
+    wait_for_url(driver, f"{login}?job={copied['id']}")
+    log_in(driver, API_TOKEN)
+    wait_for_url(driver, one)
+    shown = [element.get_attribute("id") for element in driver.find_elements(By.CSS_SELECTOR, "section.job")]
+    assert shown == [f"job-{copied['id']}"]
+    assert card(driver, copied["id"]).find_element(By.CSS_SELECTOR, ".badge").text == "succeeded"
+    assert driver.find_element(By.ID, "newest").get_attribute("href") == home
+    driver.get(f"{home}?job={'0' * 32}")
+    assert "is known to this service" in driver.find_element(By.ID, "no-such-job").text
+    driver.find_element(By.ID, "logout").click()
+    wait_for_url(driver, login)
     anchor = f"#job-{copied['id']}"
     driver.get(home + anchor)
     wait_for_url(driver, login + anchor)
@@ -270,6 +285,25 @@ def test_no_cookie_and_a_wrong_token_are_sent_to_the_form(service: Service) -> N
     assert oversized.status_code == 413 and "set-cookie" not in oversized.headers
     crowded = httpx.post(f"{service.url}/login", content=b"a&b&c&d&e&f&token=x", timeout=10)  # was a 500
     assert crowded.status_code == 400 and "set-cookie" not in crowded.headers
+
+
+def test_a_links_job_goes_through_the_login_and_nothing_else_does(service: Service) -> None:
+    """`/?job=<id>` keeps its job through the login form and back; what is not a job id is dropped on the way
+    (the login redirects to this service's page and nowhere else)."""
+    asked = httpx.get(f"{service.url}/?job=Ab3_x-9", timeout=10)
+    assert asked.status_code == 303 and asked.headers["location"] == "/login?job=Ab3_x-9"
+    landed = httpx.post(f"{service.url}/login?job=Ab3_x-9", data={"token": API_TOKEN}, timeout=10)
+    assert landed.status_code == 303 and landed.headers["location"] == "/?job=Ab3_x-9"
+    session = {COOKIE: landed.cookies[COOKIE]}
+    unknown = httpx.get(f"{service.url}/?job=Ab3_x-9", cookies=session, timeout=10)
+    assert unknown.status_code == 404 and 'id="no-such-job"' in unknown.text
+    for hostile in ("//evil.example/x", "https://evil.example", "a b", "x" * 33):
+        asked = httpx.get(f"{service.url}/", params={"job": hostile}, timeout=10)
+        assert asked.headers["location"] == "/login", hostile
+        landed = httpx.post(f"{service.url}/login", params={"job": hostile}, data={"token": API_TOKEN}, timeout=10)
+        assert landed.headers["location"] == "/", hostile
+        shown = httpx.get(f"{service.url}/", params={"job": hostile}, cookies=session, timeout=10)
+        assert shown.status_code == 200 and 'id="no-such-job"' not in shown.text, hostile
 
 
 def test_the_session_cookie(service: Service) -> None:
@@ -411,7 +445,13 @@ def test_text_from_outside_is_escaped_and_clipped() -> None:
     }
     view = page.job_view(job, now=100.0)
     html = page.templates.get_template("status.html").render(
-        now="now", jobs=[view], older=None, newest=False, schedule={"expression": None, "next": None}, budget=None
+        now="now",
+        jobs=[view],
+        one=None,
+        older=None,
+        newest=False,
+        schedule={"expression": None, "next": None},
+        budget=None,
     )
     assert "<script" not in html and "<img" not in html and "&lt;script&gt;" in html
     assert view["duration"] == "1 min 2 s" and view["releases"][0]["rows"][0]["state"] == "failed"

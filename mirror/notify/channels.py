@@ -14,7 +14,7 @@ gets it as plain text in its own format (`Style`), around mirror's own words and
 channel, hide a link behind a label or break out of mirror's bold headline or code span. The generic webhook's
 JSON keeps each value exactly. The one link mirror writes, the service's job on its status page (`page`), is shown
 as each chat makes a link: the address in the text (Slack, Feishu) or a markdown link (DingTalk, WeCom, whose
-look-alikes would break the address's `#job-<id>`): second, after the headline, in a failure or drift, so that
+look-alikes would break the address's `?job=<id>`): second, after the headline, in a failure or drift, so that
 a cut keeps it; as the values' line in a release mirrored.
 
 Each chat's text is kept under its platform's limit (`TEXT_LIMITS`): past it, whole lines are dropped from the

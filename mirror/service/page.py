@@ -141,7 +141,8 @@ async def login(request: Request) -> Response:
     if token is None or not hmac.compare_digest(token, given):
         log.warning("status page: a login was refused")
         return _login_page(request, 401, refused=True)
-    answer = RedirectResponse("/", status_code=303, headers=HEADERS)
+    one = _job_asked(request)
+    answer = RedirectResponse("/" if one is None else f"/?job={one}", status_code=303, headers=HEADERS)
     answer.set_cookie(
         COOKIE,
         new_session(token, time.time()),
@@ -168,26 +169,48 @@ def secure_cookie(request: Request) -> bool:
 
 
 async def status_page(request: Request) -> Response:
+    """The newest jobs (`?before=<id>` pages on), or one job alone (`?job=<id>`, a notification's link: found
+    however many jobs came after it)."""
+    one = _job_asked(request)
     if not has_session(request):
-        return RedirectResponse("/login", status_code=303, headers=HEADERS)
+        return RedirectResponse(_login_address(one), status_code=303, headers=HEADERS)
     state = request.app.state
-    before = request.query_params.get("before")
-    if before is not None and not _JOB_ID.fullmatch(before):
-        before = None
-    try:
-        jobs, older = await state.store.page(JOBS_SHOWN, before)
-    except LookupError:  # a cursor that names no job (any more): the newest page
-        jobs, older = await state.store.page(JOBS_SHOWN)
+    if one is not None:
+        found = await state.store.get(one)
+        jobs, older, newest = [found] if found else [], None, True
+    else:
+        before = request.query_params.get("before")
+        if before is not None and not _JOB_ID.fullmatch(before):
+            before = None
+        try:
+            jobs, older = await state.store.page(JOBS_SHOWN, before)
+        except LookupError:  # a cursor that names no job (any more): the newest page
+            jobs, older = await state.store.page(JOBS_SHOWN)
+        newest = before is not None
     now = time.time()
     context = {
         "now": when(now),
         "jobs": [job_view(job, now) for job in jobs],
+        "one": one,
         "older": older,
-        "newest": before is not None,
+        "newest": newest,
         "schedule": schedule_view(state),
         "budget": budget_view(jobs),
     }
-    return templates.TemplateResponse(request, "status.html", context, headers=HEADERS)
+    status = 404 if one is not None and not jobs else 200
+    return templates.TemplateResponse(request, "status.html", context, status_code=status, headers=HEADERS)
+
+
+def _job_asked(request: Request) -> str | None:
+    """The job `?job=` names, if it is a job id at all (anything else is the ordinary page)."""
+    asked = request.query_params.get("job")
+    return asked if asked is not None and _JOB_ID.fullmatch(asked) else None
+
+
+def _login_address(job_id: str | None) -> str:
+    """The login form, keeping the job a link asked for: the form posts to its own address, and the login
+    sends the browser on to that job (a job id only: the login redirects nowhere else)."""
+    return "/login" if job_id is None else f"/login?job={job_id}"
 
 
 def _login_page(request: Request, status: int, refused: bool = False) -> Response:
@@ -285,10 +308,10 @@ def release_view(job_id: str, release: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_url(job_id: str) -> str:
-    """Where a person sees one job: its card on the status page (`status.html`'s `id="job-<id>"`), its releases'
-    images and targets with each reason, and its values files per target and chart with their downloads and render
-    proof. The page has no view of one job; a job is among the newest when its message is posted."""
-    return f"/#job-{quote(job_id, safe='')}"
+    """Where a person sees one job: the status page showing its card alone (its releases' images and targets with
+    each reason, its values files per target and chart with their downloads and render proof), however many jobs
+    have run since its message was posted."""
+    return f"/?job={quote(job_id, safe='')}"
 
 
 def values_url(job_id: str, version: str, target: str, chart: str) -> str:
