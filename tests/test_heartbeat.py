@@ -9,6 +9,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from mirror.service.heartbeat import beat
 
 BOUND = 10.0  # seconds: a beat every 0.05 s touches the file many times within this
@@ -40,3 +42,14 @@ async def touches_while_the_pool_is_full(alive: Path) -> int:
 
 def test_the_heartbeat_goes_on_while_the_thread_pool_is_full(tmp_path: Path) -> None:
     assert asyncio.run(touches_while_the_pool_is_full(tmp_path / "alive")) >= 3
+
+
+def test_the_heartbeat_stops_when_the_job_runner_has_stopped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A service whose runner ended answers webhooks that no job runner takes: the file goes stale, so the
+    liveness probe restarts it."""
+    alive, beats = tmp_path / "alive", iter([True, True, False])
+    asyncio.run(asyncio.wait_for(beat(alive, every=0.01, running=lambda: next(beats)), BOUND))
+    assert alive.exists()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "the job runner has stopped: the heartbeat stops with it, so the liveness probe restarts the service"
+    ]

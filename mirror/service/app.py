@@ -328,7 +328,8 @@ def create_app(settings: MirrorSettings) -> Starlette:
         scheduled = functools.partial(queue_discovery, app)
         app.state.scheduler = start_scheduler(settings.schedule, scheduled) if settings.schedule else None
         alive = settings.service.heartbeat_file
-        heartbeat = asyncio.ensure_future(beat(alive)) if alive is not None else None
+        runner = app.state.runner
+        heartbeat = asyncio.ensure_future(beat(alive, running=lambda: runner.running)) if alive is not None else None
         try:
             yield
         finally:

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("mirror.service")
 HEARTBEAT_SECONDS = 5.0
 
 
-async def beat(path: Path, every: float = HEARTBEAT_SECONDS) -> None:
-    """Touch `path` every `every` seconds until cancelled; a file that cannot be written is said once."""
+async def beat(path: Path, every: float = HEARTBEAT_SECONDS, running: Callable[[], bool] = lambda: True) -> None:
+    """Touch `path` every `every` seconds until cancelled, while `running()` (the job runner is running: a
+    service whose runner ended serves webhooks that no one runs, and must be restarted); a file that cannot be
+    written is said once."""
     failing = False
-    while True:
+    while running():
         try:
             # on the loop itself (microseconds on an emptyDir): a worker thread would tie the beat to the shared
             # pool, which a slow database can fill while the loop turns
@@ -28,3 +31,4 @@ async def beat(path: Path, every: float = HEARTBEAT_SECONDS) -> None:
         else:
             failing = False
         await asyncio.sleep(every)
+    log.error("the job runner has stopped: the heartbeat stops with it, so the liveness probe restarts the service")

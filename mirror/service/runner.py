@@ -126,7 +126,10 @@ class JobRunner:
                 return
             if job["attempts"] > 1:
                 log.warning("job %s: its lease expired under another replica; taking it over", job["id"])
-            await self.run(job)
+            try:
+                await self.run(job)
+            except Exception:  # a bug past the job's own record (its metrics, its message): the runner goes on
+                log.exception("job %s: an error after its run; the runner goes on to the next job", job["id"])
 
     async def run(self, job: dict[str, Any]) -> None:
         token = current_job.set(job["id"])
