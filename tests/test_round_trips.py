@@ -90,6 +90,36 @@ def test_a_copy_damaged_at_the_target_is_found_from_known_manifests_and_repaired
     assert_byte_exact(source, target, hami, "mirrored/hami")
 
 
+def test_a_blob_lost_under_a_present_manifest_is_copied_again_and_the_repair_verified_in_full(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every manifest still there, one layer gone: the re-copy plans the blobs of every image, not only of the
+    missing manifests (none), and its verification reads the whole tree again, not only the tag. It said
+    "copied, verified" with the blob still missing, run after run, and nodes could not pull."""
+    hami, _ = seed_release(source)
+    config = write_config(tmp_path / "mirror.yaml", source, [target])
+    assert main(["sync", VERSION, "--config", str(config)]) == 0
+    child = json.loads(hami.manifests[hami.digest])["manifests"][0]["digest"]
+    lost = json.loads(hami.manifests[child])["layers"][-1]["digest"]
+    with httpx.Client(base_url=f"http://{target.host}") as http:
+        assert http.delete(f"/v2/mirrored/hami/blobs/{lost}").status_code == 202
+    assert not blob_exists(target, "mirrored/hami", lost)
+    capsys.readouterr()
+
+    mark = len(target.access_log())
+    assert main(["sync", VERSION, "--config", str(config), "--json"]) == 0
+    (image,) = [i for i in json.loads(capsys.readouterr().out)["images"] if i["name"] == "hami"]
+    assert image["targets"][0]["action"] == "copied" and image["targets"][0]["blobs"]["uploaded"] >= 1
+    assert blob_exists(target, "mirrored/hami", lost)
+    assert_byte_exact(source, target, hami, "mirrored/hami")
+    heads = [e.path for e in requests_since(target, mark) if e.method == "HEAD" and e.path.endswith(lost)]
+    assert len(heads) >= 2  # found missing, then found again by the verification after the repair
+
+    assert main(["sync", VERSION, "--config", str(config), "--json"]) == 0
+    (image,) = [i for i in json.loads(capsys.readouterr().out)["images"] if i["name"] == "hami"]
+    assert image["targets"][0]["action"] == "up-to-date"
+
+
 def test_a_kept_manifest_that_does_not_hash_to_its_name_is_not_used(tmp_path: Path) -> None:
     raw = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}'
     manifest = Manifest.parse(raw)

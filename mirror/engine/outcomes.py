@@ -24,7 +24,10 @@ class Current:
 
 @dataclass(frozen=True, slots=True)
 class Missing:
-    """The tag is absent or its copy incomplete: copy."""
+    """The tag is absent or its copy incomplete: copy. `incomplete`: the tag's tree is there but the verification
+    found a part of it missing (a blob under a manifest still present, say), so the copy looks at every part."""
+
+    incomplete: bool = False
 
 
 @dataclass(frozen=True, slots=True)

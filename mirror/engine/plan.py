@@ -64,13 +64,15 @@ async def plan_target(
     blobs: TargetBlobs,
     source_root: Manifest | None = None,
     dropped: tuple[Dropped, ...] = (),
+    every_blob: bool = False,
 ) -> TargetPlan:
-    """Each child manifest and each blob the missing children need, as the target's HEADs answer (asked once
-    per run: the answers may have been asked for before the tag's, `probes.py`)."""
+    """Each child manifest and each blob the missing children need (`every_blob`: every child's, where a blob
+    may be missing under a manifest that is there), as the target's HEADs answer (asked once per run: the
+    answers may have been asked for before the tag's, `probes.py`)."""
     repository = ref.repository.name
     found = await asyncio.gather(*(asyncio.shield(blobs.probes.manifest(repository, c.digest)) for c in tree.children))
     missing = tree.with_children(child for child, there in zip(tree.children, found, strict=True) if there is None)
-    needed = missing.blobs()
+    needed = tree.blobs() if every_blob else missing.blobs()
     exists = await asyncio.gather(*(blobs.exists(repository, b) for b in needed))
     return TargetPlan(
         target=ref,

@@ -138,11 +138,12 @@ class TargetStages:
                 return Reached(job, Drift(reason))
             case Current(digest=digest, children=children):
                 return Reached(job, UpToDate(digest, rewrite_of(resolved.digest, digest)), children)
-        copied = await self.copy(job, ref, resolved, label)
+        repair = isinstance(decision, Missing) and decision.incomplete
+        copied = await self.copy(job, ref, resolved, label, repair)
         if not isinstance(copied, tuple):
             return Reached(job, copied)
         outcome, stats = copied
-        return Reached(job, await self.verify_copied(job, ref, outcome, stats, label), _children(stats))
+        return Reached(job, await self.verify_copied(job, ref, outcome, stats, label, repair), _children(stats))
 
     async def decide(
         self, job: ImageJob, ref: TargetRef, resolved: Descriptor, current: Descriptor | None, label: str
@@ -160,7 +161,7 @@ class TargetStages:
                 self.progress.event(f"{label}: up to date, verified ({current.digest[:19]})")
                 return Current(current.digest, check.children)
             self.progress.event(f"{label}: tag present but incomplete ({check.problems[0]}); copying again")
-            return Missing()
+            return Missing(incomplete=True)
         if isinstance(judged, Stale):
             self.progress.event(f"{label}: {judged.reason}; copying")
             return Missing()
@@ -172,14 +173,15 @@ class TargetStages:
         )
 
     async def copy(
-        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, label: str
+        self, job: ImageJob, ref: TargetRef, resolved: Descriptor, label: str, repair: bool = False
     ) -> tuple[Copied, CopyStats] | Planned | Failed | Refused:
-        """Plan against the target and push what it lacks, the tag last; a dry run stops at the plan."""
+        """Plan against the target and push what it lacks, the tag last; a dry run stops at the plan. A `repair`
+        (a tag whose tree was found incomplete) plans every image's blobs, not only those of missing manifests."""
         source_tree = await asyncio.shield(self.cache.source_tree(job, resolved.digest))
         tree, dropped = apply_policy(source_tree, ref.target.attestations, job.platforms_at(ref))
         client = self.cache.clients[ref.repository.registry]
         blobs = self.cache.blobs[ref.repository.registry]
-        plan = await plan_target(ref, tree, blobs, source_tree.root if dropped else None, dropped)
+        plan = await plan_target(ref, tree, blobs, source_tree.root if dropped else None, dropped, repair)
         described = plan.describe()
         if self.options.dry_run:
             self.progress.event(f"{label}: would {described}")
@@ -214,13 +216,14 @@ class TargetStages:
         return Copied(stats.root.digest, plan, blobs, stats.bytes_uploaded, rewrite)
 
     async def verify_copied(
-        self, job: ImageJob, ref: TargetRef, copied: Copied, stats: CopyStats, label: str
+        self, job: ImageJob, ref: TargetRef, copied: Copied, stats: CopyStats, label: str, repair: bool = False
     ) -> Copied | Failed:
-        """After a copy, only the tag: each push was confirmed as it went."""
+        """After a copy, only the tag: each push was confirmed as it went. After a repair, the whole tree again:
+        what was found missing under manifests the copy did not push is confirmed there only by asking."""
         client = self.cache.clients[ref.repository.registry]
         expected_children = [d.digest for d in _children(stats)] if stats.root.is_index else None
         check = await self._verify(
-            client, ref.repository.name, job.tag, copied.digest, expected_children, tag_only=True
+            client, ref.repository.name, job.tag, copied.digest, expected_children, tag_only=True, full=repair
         )
         if not check.ok:
             return Failed("verification failed: " + "; ".join(check.problems[:3]), copied.plan, copied)
@@ -288,13 +291,16 @@ class TargetStages:
         children: list[str] | None = None,
         resolved: Descriptor | None = None,
         tag_only: bool = False,
+        full: bool = False,
     ) -> Verification:
+        """`tag_only`: after a copy, whose earlier answers at the target predate its pushes; `full` with it, the
+        whole tree asked again all the same."""
         concurrency = self.settings.transfer.manifest_concurrency
-        # after a copy (`tag_only`), the run's earlier answers at the target predate its pushes
         probes = None if tag_only else self.cache.blobs[client.host].probes
         known = Known(self.cache.manifests, probes)
+        only_tag = tag_only and not full
         return await verify_copy(
-            client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only, known
+            client, repository, tag, digest, self.options.deep, concurrency, children, resolved, only_tag, known
         )
 
 
