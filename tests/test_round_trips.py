@@ -295,3 +295,29 @@ def test_releases_of_one_run_sharing_a_missing_tag_ask_the_source_about_it_once(
     ]
     reasons = [i.get("error") or "" for r in json.loads(capsys.readouterr().out) for i in r["images"]]
     assert sum("v1.1.9: tag not found at the source" in reason for reason in reasons) == 2
+
+
+def test_a_later_release_fetches_again_a_blob_whose_transfer_failed_in_an_earlier_one(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's memo of blob transfers kept the failure: the later release failed the image at once, without a
+    request, where the source had answered again by then."""
+    hami, certgen = seed_release(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))
+    own = [digest for digest in certgen.blobs if digest not in hami.blobs]
+    with fault_proxy(source.port) as proxy:
+        # as many refusals as the first release's attempts (two per step, the step twice)
+        refused = Fault("status", method="GET", path=f"/blobs/{own[0]}", status=500, count=4)
+        proxy.add(refused)
+        retry = {"attempts": 2, "base_delay": 0.01, "max_delay": 0.01}
+        config = write_config(tmp_path / "mirror.yaml", proxy, [target], retry=retry)
+        assert main(["sync", "v2.9.0", VERSION, "--config", str(config), "--json"]) == 1
+
+    actions = [
+        {i["name"]: i["targets"][0]["action"] for i in release["images"] if i["targets"]}
+        for release in json.loads(capsys.readouterr().out)
+    ]
+    assert refused.applied == 4 and refused.seen == 5  # the later release asked again, and was answered
+    assert [a["kube-webhook-certgen"] for a in actions] == ["failed", "copied"]
+    assert blob_exists(target, "mirrored/kube-webhook-certgen", own[0])

@@ -19,21 +19,24 @@ def started(work: Awaitable[T]) -> asyncio.Task[T]:
 
 
 def memoised(table: dict[K, asyncio.Future[T]], key: K, start: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
-    """The answer for `key`: started by the first caller, shared by every other. Once the work is done, its
-    entry is a bare future holding the outcome: a run keeps thousands of answers, and a finished task with
-    its coroutine costs four times the memory."""
+    """The answer for `key`: started by the first caller, shared by every caller while it is under way. An
+    answer is kept once it succeeded; a failure only for those who waited for it: a later caller (a later
+    release of the run, say) starts the work again, as the registry may answer by then. A cancelled answer is
+    kept (what a shutdown cancelled is not started again). Once the work is done, its entry is a bare future
+    holding the outcome: a run keeps thousands of answers, and a finished task with its coroutine costs four
+    times the memory."""
     answer = table.get(key)
-    if answer is None:
+    if answer is None or (answer.done() and not answer.cancelled() and answer.exception() is not None):
         answer = table[key] = started(start())
         answer.add_done_callback(functools.partial(_settle, table, key))
     return answer
 
 
 async def asked_again_if_failed(table: dict[K, asyncio.Future[T]], key: K, ask: Callable[[], Awaitable[T]]) -> T:
-    """`memoised`'s shared answer, where one that failed or was cancelled is not kept: the next caller asks
-    again. The caller's own cancellation leaves the shared work running for the others."""
+    """`memoised`'s shared answer, where one that was cancelled is not kept either: the next caller asks again.
+    The caller's own cancellation leaves the shared work running for the others."""
     answer = table.get(key)
-    if answer is not None and answer.done() and (answer.cancelled() or answer.exception() is not None):
+    if answer is not None and answer.done() and answer.cancelled():
         del table[key]
     return await asyncio.shield(memoised(table, key, ask))
 
