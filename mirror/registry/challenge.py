@@ -7,10 +7,24 @@ from dataclasses import dataclass
 
 import httpx
 
-# A name starts where no name character stands before it: without the look-behind, a name not followed by `=` was
-# tried again from each of its characters, each time to its end (quadratic: a 100 KB header took over 30 s).
-_PARAM = re.compile(r'(?<![A-Za-z_])([A-Za-z_]+)=(?:"((?:[^"\\]|\\.)*)"|([^\s,]+))')
-_API_PATH = re.compile(r"^/v2/(?P<name>.+?)/(?:manifests|blobs|tags|referrers)(?:/|$)")
+# The pieces of a `WWW-Authenticate` value (RFC 7235 section 4.1: one or more challenges, each a scheme and then a
+# token68 or auth-params). Each is matched once from where the scan stands, and the scan moves past what it
+# matched, so a header is read in time linear in its length: it comes from the registry, or from any host a
+# redirect leads to (a 100 KB header once held the event loop over 30 s).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TOKEN68 = re.compile(r"[ \t]*[A-Za-z0-9\-._~+/]+=*[ \t]*(?=,|\Z)")
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)(?:"|\\?\Z)')  # an unterminated one runs to the end
+_BARE = re.compile(r"[^\s,]*")
+_REST = re.compile(r'(?:"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[^,"])*')  # to the next comma outside quotes
+_SEPARATORS = re.compile(r"[\s,]*")
+_ESCAPED = re.compile(r"\\(.)")
+_PREFERRED = {"bearer": 0, "basic": 1}
+# The distribution API's paths, the name being everything before the last operation: a name may hold a
+# `tags`, `blobs`, `manifests` or `referrers` segment itself (`ns/tags/app`).
+_API_PATH = re.compile(
+    r"/v2/(?P<name>.+)/(?:manifests/[^/]+|blobs/uploads/[^/]*|blobs/[^/]+|tags/list|referrers/[^/]+)/?"
+)
+_LOOSE_API_PATH = re.compile(r"^/v2/(?P<name>.+?)/(?:manifests|blobs|tags|referrers)(?:/|$)")  # any other shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,21 +45,62 @@ class Challenge:
         return frozenset(self.params.get("scope", "").split())
 
 
+def parse_challenges(header: str) -> list[Challenge]:
+    """Every challenge in `header`, in order: `Bearer realm="...",service="...", Basic realm="..."` is two
+    (httpx joins a response's `WWW-Authenticate` headers so). A token followed by `=` is an auth-param of the
+    challenge before it; any other token standing first in a list element starts a challenge. Quoted values may
+    hold commas and escaped quotes; a parameter outside any challenge, or without a value, is left out."""
+    challenges: list[Challenge] = []
+    params: dict[str, str] = {}
+    pos = 0
+    while (pos := _match(_SEPARATORS, header, pos)) < len(header):
+        token = _TOKEN.match(header, pos)
+        after = token.end() if token else pos
+        if token and header.startswith("=", after):
+            value, pos = _value(header, after + 1)
+            if challenges and value is not None:
+                params[token.group().lower()] = value
+        elif token and (after == len(header) or header[after] in " \t,"):
+            params = {}
+            challenges.append(Challenge(token.group().lower(), params))
+            pos = _match(_TOKEN68, header, after)  # a token68 (Negotiate's, say) is not kept
+        else:
+            pos = _match(_REST, header, after)
+    return challenges
+
+
 def parse_challenge(header: str) -> Challenge | None:
-    """Parse `Bearer realm="...",service="...",scope="..."` (quoted values may hold commas and colons), in time
-    linear in the header's length: it comes from the registry, or from any host a redirect leads to."""
-    scheme, _, rest = header.strip().partition(" ")
-    if not scheme:
+    """The challenge to answer among those in `header` (joined headers included): the first Bearer one with a
+    realm, else the first Bearer, else the first Basic, else the first."""
+    challenges = parse_challenges(header)
+    if not challenges:
         return None
-    params = {}
-    for match in _PARAM.finditer(rest):
-        quoted, bare = match.group(2), match.group(3)
-        params[match.group(1).lower()] = quoted.replace('\\"', '"') if quoted is not None else bare
-    return Challenge(scheme.lower(), params)
+    return min(challenges, key=lambda c: (_PREFERRED.get(c.scheme, 2), c.scheme == "bearer" and not c.realm))
+
+
+def _match(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """Where the scan stands after `pattern` at `pos` (at `pos` itself when it does not match there)."""
+    match = pattern.match(text, pos)
+    return match.end() if match else pos
+
+
+def _value(header: str, pos: int) -> tuple[str | None, int]:
+    """An auth-param's value at `pos` (None when empty), and where its list element ends."""
+    quoted = _QUOTED.match(header, pos)
+    if quoted is not None:
+        value: str | None = _ESCAPED.sub(r"\1", quoted[1])
+        pos = quoted.end()
+    else:
+        bare = _BARE.match(header, pos)
+        assert bare is not None  # it matches the empty string
+        value, pos = bare.group() or None, bare.end()
+    return value, _match(_REST, header, pos)
 
 
 def repository_of(request: httpx.Request) -> str | None:
-    match = _API_PATH.match(request.url.path)
+    """The repository a request is about, read from its path's end (the distribution API's last operation)."""
+    path = request.url.path
+    match = _API_PATH.fullmatch(path) or _LOOSE_API_PATH.match(path)
     return match["name"] if match else None
 
 

@@ -9,6 +9,7 @@ refused: the blob would go in clear (auth.py keeps the credentials off it either
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ CANCEL_TIMEOUT = 10.0
 # The actions of the requests on an upload session, as errors name them: a 416 from one of these is the
 # session out of step with what was sent (see engine/upload.py's is_transient).
 UPLOAD_STEPS = frozenset({"start upload", "upload blob", "upload chunk", "check upload"})
+log = logging.getLogger("mirror")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,16 @@ class UploadSession:
     """Where to send the bytes of a started blob upload (absolute URL, query parameters kept)."""
 
     url: httpx.URL
+
+
+def _left_for_purge(where: str, status: int) -> None:
+    """Named by repository only: the session's URL carries the registry's state token in its query."""
+    log.warning(
+        "%s: the registry refused to cancel an upload session (%d: cancelling needs the delete permission,"
+        " which pushing does not give); the session is left for the registry's purge of unfinished uploads",
+        where,
+        status,
+    )
 
 
 def _range_end(value: str | None) -> int | None:
@@ -116,12 +128,21 @@ class BlobUploads(RegistryHost):
     async def cancel_upload(self, repository: str, session: UploadSession, within: float = CANCEL_TIMEOUT) -> bool:
         """Abandon an upload session so the registry can drop what it holds (best effort: a registry may not
         allow it, and the session may be gone already), waiting `within` seconds at most. True when the
-        registry confirmed."""
+        registry confirmed. A refusal is a warning: distribution wants the `delete` action for this DELETE,
+        which a login that may push need not have, and the session then stays until the registry purges
+        unfinished uploads (a week by default). No scope asks for `delete`: only this DELETE's challenge does."""
+        where = self.where(repository)
         try:
             async with asyncio.timeout(within):  # retries and waits for Retry-After included
-                response = await self._send("cancel upload", self.where(repository), "DELETE", session.url)
-        except (httpx.HTTPError, TimeoutError, MirrorError):  # a token the realm refused for the DELETE, too
+                response = await self._send("cancel upload", where, "DELETE", session.url)
+        except RegistryError as exc:  # a token the realm refused for the DELETE, too
+            if exc.status in (401, 403):
+                _left_for_purge(where, exc.status)
             return False
+        except (httpx.HTTPError, TimeoutError, MirrorError):
+            return False
+        if response.status_code in (401, 403):
+            _left_for_purge(where, response.status_code)
         return response.status_code in (200, 202, 204)
 
     def _next_session(self, session: UploadSession, response: httpx.Response, action: str, where: str) -> UploadSession:
