@@ -4,6 +4,7 @@ loopback for answers over every limit."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import gzip
@@ -94,6 +95,34 @@ async def test_manifest_bytes_must_match_the_digest_asked_for() -> None:
 
     with pytest.raises(RegistryError, match="hash to"):
         await mock_client(httpx.MockTransport(handle)).get_manifest("ns/r", "sha256:" + "1" * 64)
+
+
+def test_a_head_by_digest_naming_another_digest_is_checked_by_reading_the_manifest(source: LocalRegistry) -> None:
+    """A registry (or a proxy) whose HEAD of `sha256:A` names `sha256:B` in Docker-Content-Digest: B was taken
+    as the image, so a chart's pinned digest was silently replaced by whatever the header said. The manifest is
+    read instead and checked against A (its bytes are A's, or the read fails)."""
+    from mirror.demo.sample import push_single
+    from tests.faultproxy import Fault, fault_proxy
+
+    image = with_client(source, lambda c: push_single(c, "ns/pinned", "one"))
+    other = "sha256:" + "2" * 64
+    with fault_proxy(source.port) as proxy:
+        named = {"Docker-Content-Digest": other}
+        proxy.add(
+            Fault("headers", method="HEAD", path="/manifests/sha256:", headers=named, strip=("docker-content-digest",))
+        )
+        client = RegistryClient.open(proxy.host, ClientOptions(plain_http=True))
+
+        async def head() -> Descriptor | None:
+            try:
+                return await client.head_manifest("ns/pinned", image.digest)
+            finally:
+                await client.aclose()
+
+        found = asyncio.run(head())
+    assert found is not None and found.digest == image.digest
+    asked = [f"{e.method} {e.path}" for e in source.access_log() if "/ns/pinned/manifests/sha256:" in e.path]
+    assert asked[-2:] == [f"HEAD /v2/ns/pinned/manifests/{image.digest}", f"GET /v2/ns/pinned/manifests/{image.digest}"]
 
 
 def test_error_bodies_become_typed_errors(source: LocalRegistry) -> None:

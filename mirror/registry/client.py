@@ -114,14 +114,15 @@ class RegistryClient(BlobUploads):
 
     async def head_manifest(self, repository: str, ref: str) -> Descriptor | None:
         """The manifest's descriptor, or None when the registry does not have it. A HEAD is not a counted
-        pull on Docker Hub, so this is the cheap way to learn a tag's digest."""
+        pull on Docker Hub, so this is the cheap way to learn a tag's digest. Where the HEAD names no digest,
+        or for a digest asked names another, the manifest is read (and checked against the digest asked for)."""
         where = self.where(repository, ref)
         response = await self._manifest_head(repository, ref, where)
         if response.status_code == 404:
             return None
         await raise_for_response(response, "resolve", where)
         digest = response.headers.get("Docker-Content-Digest", "")
-        if not is_valid_digest(digest):
+        if not is_valid_digest(digest) or (is_valid_digest(ref) and digest != ref):
             manifest = await self.get_manifest(repository, ref)
             return Descriptor(manifest.media_type, manifest.digest, len(manifest.raw))
         media_type = response.headers.get("Content-Type", "").split(";", 1)[0].strip()
