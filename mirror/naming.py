@@ -58,3 +58,14 @@ def check_unique(named: Iterable[tuple[Repository, str]]) -> None:
                 f"{other} and {source} would both be copied to <namespace>/{name}; give one of them its own "
                 "name under images: (name: ...)"
             )
+
+
+def check_chart_apart(images: Iterable[tuple[str, str]], chart: str, chart_tag: str) -> None:
+    """Refuse an image copied to the repository and tag where the chart `chart` is published (`<namespace>/
+    <chart>:<chart_tag>`): the chart's push would move the image's tag, and nodes would pull a chart."""
+    for name, tag in images:
+        if name == chart and tag == chart_tag:
+            raise NameClash(
+                f"an image is copied to <namespace>/{name}:{tag}, where the chart {chart} is published; give the "
+                f"image another name under images: (name: ..., e.g. the flat source name) or a tag of its own"
+            )

@@ -291,6 +291,47 @@ def test_explicit_images_take_their_keys_from_the_chart(
     assert "values written with an image left behind" in caplog.text
 
 
+def test_an_image_copied_where_the_chart_is_published_is_refused_before_any_copy(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`name: hami` with the tag `2.10.0` is `<namespace>/hami:2.10.0`, the published chart's tag: the chart's
+    push moved it and the values sent nodes to a chart (exit 0; drift on the next run)."""
+    seed_release(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, lambda c: _tag(c, CHART_VERSION, index))
+    images = [{"name": "hami", "source": "projecthami/hami", "tag": CHART_VERSION}]
+    config = write_config(
+        tmp_path / "mirror.yaml", source, [target], images=images, chart={"repository": repository.url}
+    )
+    mark = len(target.access_log())
+    code, _, err = sync_json(config, capsys, VERSION)
+    assert code == 2
+    assert f"<namespace>/hami:{CHART_VERSION}, where the chart hami is published" in err
+    assert requests_since(target, mark) == []
+
+
+def test_the_chart_is_not_published_over_an_image_at_its_tag(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Someone else's image at `<namespace>/hami:2.10.0` stays: the chart is not pushed over it."""
+    seed_chart_images(source)
+    theirs = with_client(target, lambda c: push_single(c, "mirrored/hami", CHART_VERSION, seed=5))
+    config = chart_config(tmp_path, source, target, {"repository": repository.url})
+    code, _, err = sync_json(config, capsys, VERSION)
+    assert code == 1
+    assert f"publish chart {target.host}/mirrored/hami:{CHART_VERSION}: 200: the tag holds {theirs.digest}" in err
+    assert "not a Helm chart: left alone" in err
+    assert manifest_digest(target, "mirrored/hami", CHART_VERSION) == theirs.digest
+
+
 @pytest.mark.parametrize("kube_version", ["1.30.4", None], ids=["given", "default"])
 def test_images_already_in_acr_are_mirrored_on_request_with_the_clusters_version(
     tmp_path: Path,

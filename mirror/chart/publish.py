@@ -116,6 +116,8 @@ async def publish_chart(client: RegistryClient, repository: str, archive: ChartA
     tag = oci_tag(archive.version)
     where = f"{client.host}/{repository}:{tag}"
     current = await client.head_manifest(repository, tag)
+    if current is not None and current.digest != manifest.digest:
+        await _check_holds_a_chart(client, repository, current.digest, where)
     if current is None or current.digest != manifest.digest:
         for data in (config, archive.raw):
             digest = sha256_digest(data)
@@ -131,3 +133,14 @@ async def publish_chart(client: RegistryClient, repository: str, archive: ChartA
     if check is None or check.digest != manifest.digest:
         raise RegistryError("verify chart", where, 200, "", "the tag does not resolve to the pushed chart")
     return Published(where)
+
+
+async def _check_holds_a_chart(client: RegistryClient, repository: str, digest: str, where: str) -> None:
+    """Another chart at the tag is replaced (an older packaging of this version); anything else is left alone:
+    an image there would be moved off its tag, and nodes pulling it would get a chart."""
+    held = await client.get_manifest(repository, digest)
+    config = held.config.media_type if held.config is not None else held.media_type
+    if config != HELM_CONFIG:
+        raise RegistryError(
+            "publish chart", where, 200, "", f"the tag holds {digest} ({config}), not a Helm chart: left alone"
+        )

@@ -20,7 +20,8 @@ from mirror import hami
 from mirror.chart.archive import ChartArchive
 from mirror.chart.images import ImageBlock
 from mirror.chart.merge import near_misses
-from mirror.naming import check_unique, flat_name
+from mirror.chart.source import oci_tag
+from mirror.naming import check_chart_apart, check_unique, flat_name
 from mirror.reference import Repository, api_host, without_userinfo
 from mirror.release import chart_version, normalise_version
 from mirror.settings import (
@@ -227,6 +228,11 @@ def _release_job(
         )
         for copy in _one_digest_per_tag(list(copies))
     )
+    if settings.chart is not None and settings.chart.publish:
+        for chart_job in chart_jobs:
+            if chart_job.archive is not None:
+                archive = chart_job.archive
+                check_chart_apart(((i.image.name, i.tag) for i in images), archive.name, oci_tag(archive.version))
     return ReleaseJob(version, images, targets, tuple(chart_jobs))
 
 
