@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import email.utils
+import time
+
 import httpx
 
 from mirror.errors import Kind, MirrorError
 from mirror.registry.body import read_limited
 from mirror.registry.proxy import refusal_kind
-from mirror.untrusted import clip, load_json
+from mirror.untrusted import clip, is_number, load_json
 
 MAX_ERROR_BODY = 64 * 1024
 
@@ -21,17 +24,44 @@ def kind_of_status(status: int) -> Kind:
     return Kind.REFUSED
 
 
-class RegistryError(MirrorError):
-    """A registry answered with an error. `code` is the OCI error code when the body carried one."""
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    """`Retry-After` as seconds or an HTTP date; None when absent or unreadable."""
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    if is_number(value):
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
-    def __init__(self, action: str, where: str, status: int, code: str = "", message: str = "") -> None:
+
+class RegistryError(MirrorError):
+    """A registry answered with an error. `code` is the OCI error code when the body carried one; `retry_after`,
+    the seconds a passing refusal (429, 503, any status of `Kind.UNAVAILABLE`) asked to wait before the next try
+    (its `Retry-After`), which `retry_step` waits, as the transport does for the requests it retries."""
+
+    def __init__(
+        self,
+        action: str,
+        where: str,
+        status: int,
+        code: str = "",
+        message: str = "",
+        retry_after: float | None = None,
+    ) -> None:
         self.action = action
         self.where = where
         self.status = status
         self.kind = kind_of_status(status)
         self.code = clip(code, 100)
         self.message = message = clip(message)  # the registry's words: bounded before they reach a log or a job
+        self.retry_after = retry_after
         detail = f"{status} {code}".strip() + (f": {message}" if message else "")
+        if retry_after:
+            detail += f" (asked to wait {retry_after:.1f}".removesuffix(".0") + " s)"
         super().__init__(f"{action} {where}: {detail}")
 
 
@@ -75,7 +105,10 @@ async def raise_for_response(response: httpx.Response, action: str, where: str) 
     if response.is_redirect:
         shown = clip(without_query(response.headers.get("Location", "?")))
         message = f"redirected to {shown}: not a registry API endpoint"
-    raise RegistryError(action, where, response.status_code, code, message)
+    status = response.status_code
+    # The wait a passing refusal asks for (the transport honours it on every status it retries, all of this kind)
+    asked = retry_after_seconds(response) if kind_of_status(status) is Kind.UNAVAILABLE else None
+    raise RegistryError(action, where, status, code, message, asked)
 
 
 def without_query(location: str) -> str:

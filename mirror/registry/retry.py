@@ -5,7 +5,6 @@ idempotent (an upload session) use `retry_step` to restart or resume the whole s
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import random
 import time
@@ -15,6 +14,8 @@ from typing import TypeVar
 
 import httpx
 
+from mirror.errors import MirrorError
+from mirror.registry.errors import retry_after_seconds as retry_after_seconds  # read here, and by RegistryError
 from mirror.registry.errors import without_query
 from mirror.untrusted import is_number
 
@@ -51,20 +52,6 @@ class RetryPolicy:
 
     def allows(self, attempt: int, started: float, delay: float) -> bool:
         return attempt < self.attempts and time.monotonic() - started + delay <= self.max_elapsed
-
-
-def retry_after_seconds(response: httpx.Response) -> float | None:
-    """`Retry-After` as seconds or an HTTP date; None when absent or unreadable."""
-    value = response.headers.get("Retry-After", "").strip()
-    if not value:
-        return None
-    if is_number(value):
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 BUFFERED_BODY_LIMIT = 4 * 1024 * 1024
@@ -167,7 +154,9 @@ async def retry_step(
 ) -> T:
     """Run a whole step again (a new upload session, a fresh read of the source) while `should_retry`
     says the failure was transient and the policy allows. `step` gets the attempt number. A failure that carries
-    the wait its service asked for (`retry_after`, seconds) is waited that long.
+    the wait its service asked for (`retry_after`, seconds: a RegistryError's Retry-After) is waited that long,
+    whatever the policy's own backoff, within `max_elapsed` as the transport does; a longer wait is not slept
+    through: the failure is raised at once, its line saying so.
 
     `progress`, if given, counts what the step got done so far (a blob's bytes read). An attempt that moved it
     restarts the policy's clock as it fails: `max_elapsed` bounds the time spent failing and waiting since the
@@ -192,9 +181,29 @@ async def retry_step(
                 best = secured()
             else:
                 failed += 1
-            delay = policy.backoff(max(failed, 1), getattr(exc, "retry_after", None))
-            if not should_retry(exc) or not policy.allows(failed, started, delay):
+            if not should_retry(exc):
+                raise
+            asked = _asked_wait(exc)
+            delay = policy.backoff(max(failed, 1), asked)
+            if not policy.allows(failed, started, delay):
+                if asked is not None and failed < policy.attempts:  # tries left, but not the time to wait
+                    _say_not_waited(exc, policy)
                 raise
             log.info("retrying %s in %.1f s: %s", what, delay, exc)
         await sleep(delay)
         attempt += 1
+
+
+def _asked_wait(exc: Exception) -> float | None:
+    """The seconds a failure says its service asked to wait before the next try, if it says."""
+    asked = getattr(exc, "retry_after", None)
+    return float(asked) if isinstance(asked, int | float) and not isinstance(asked, bool) else None
+
+
+def _say_not_waited(exc: Exception, policy: RetryPolicy) -> None:
+    """The failure's own line says why it was not tried again: the wait asked for is past the time budget."""
+    reason = f"not tried again: past the retry policy's time budget (max_elapsed {policy.max_elapsed:g} s)"
+    if isinstance(exc, MirrorError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]}; {reason}",)  # the same error, kind and type kept: callers tell it by them
+    else:
+        exc.add_note(reason)
