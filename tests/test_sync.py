@@ -293,7 +293,12 @@ def test_drift_is_reported_and_left_alone_unless_forced(
     config = write_config(tmp_path / "mirror.yaml", source, [target])
 
     assert main(["sync", VERSION, "--config", str(config)]) == 1
-    assert "drift" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "drift" in err
+    # the summary on stdout says why under the target's line, as it does for an image not copied
+    shown = out.splitlines()
+    at = shown.index("    -> t0: failed, FAILED")
+    assert shown[at + 1].startswith(f"       drift: {target.host}/mirrored/hami:{VERSION} points at {other.digest}")
     assert manifest_digest(target, "mirrored/hami", VERSION) == other.digest
 
     assert main(["sync", VERSION, "--config", str(config), "--force"]) == 0

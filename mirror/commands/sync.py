@@ -128,6 +128,8 @@ def print_summary(results: list[ReleaseResult]) -> None:
             for target in image.targets:
                 state = "verified" if target.verified else (target.plan if target.action == "planned" else "FAILED")
                 print(f"    -> {target.target}: {target.action}, {state}")
+                if target.error and not target.verified:
+                    print(f"       {clip(target.error, MAX_LINE)}")
                 for left in target.referrers.left_out if target.referrers else ():
                     what = " ".join(left.get(key, "") for key in ("kind", "digest")).strip()
                     print(f"       {what} ({left.get('via', '-')}) left out: {left.get('reason', '')}")
