@@ -5,17 +5,25 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 log = logging.getLogger("mirror")
 
 
-class Progress:
-    """Counts bytes moved and tells the user what is happening. The base class logs events only."""
+LOG_EVERY = 30.0  # seconds between the log lines of a long copy (no terminal: a CronJob's, a service's log)
 
-    def __init__(self) -> None:
+
+class Progress:
+    """Counts bytes moved and tells the user what is happening, in log lines: the events, and while bytes move,
+    how far the copy is every `every` seconds."""
+
+    def __init__(self, every: float = LOG_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
         self.total_bytes = 0
         self.done_bytes = 0
+        self._every, self._clock = every, clock
+        self._since = clock()
+        self._last_logged = (self._since, 0)  # when, and how many bytes were done then
 
     def event(self, message: str) -> None:
         log.info("%s", message)
@@ -25,6 +33,19 @@ class Progress:
 
     def advance(self, size: int) -> None:
         self.done_bytes += size
+        now = self._clock()
+        when, done = self._last_logged
+        if now - when >= self._every and self.total_bytes:
+            rate = (self.done_bytes - done) / (now - when) / 1e6
+            percent = 100 * self.done_bytes / self.total_bytes
+            log.info(
+                "copying: %.1f of %.1f MB (%.0f%%), %.1f MB/s",
+                self.done_bytes / 1e6,
+                self.total_bytes / 1e6,
+                percent,
+                rate,
+            )
+            self._last_logged = (now, self.done_bytes)
 
     def close(self) -> None:
         if self.total_bytes:
@@ -44,7 +65,7 @@ class TerminalProgress(Progress):
         self._draw(force=True)
 
     def advance(self, size: int) -> None:
-        super().advance(size)
+        self.done_bytes += size  # the line redrawn says it: no log lines
         self._draw()
 
     def _draw(self, force: bool = False) -> None:
