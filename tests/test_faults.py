@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from pathlib import Path
@@ -454,3 +455,34 @@ def test_bodies_cut_short_give_their_connection_slots_back(source: LocalRegistry
     manifest = asyncio.run(fetch())
     assert manifest.digest == sample.digest
     assert faults_applied(source_proxy, "reset_response") == 2
+
+
+def test_a_target_that_is_down_is_one_retry_line_not_one_per_request(
+    tmp_path: Path, source: LocalRegistry, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request to a host that refuses connections fails alike: the retries' lines are told once per host
+    and reason in each 10 s, the rest counted in the next (it was one line per request: 120 for one run)."""
+    from types import SimpleNamespace
+
+    from mirror.demo.ports import free_port
+    from mirror.registry.retry import RETRY_LINES
+
+    caplog.set_level(logging.INFO, logger="mirror")
+    seed_release(source)
+    down = f"127.0.0.1:{free_port()}"  # nothing listens there
+    retry = {"attempts": 3, "base_delay": 0.01, "max_delay": 0.01, "max_elapsed": 30}
+    config = write_config(tmp_path / "mirror.yaml", source, [SimpleNamespace(host=down)], retry=retry)
+    retries: list[str] = []
+    held_back = RETRY_LINES.held_back
+
+    def counted(host: str, reason: str) -> int | None:
+        retries.append(host)
+        return held_back(host, reason)
+
+    monkeypatch.setattr(RETRY_LINES, "held_back", counted)
+    started = time.monotonic()
+    assert main(["sync", VERSION, "--config", str(config)]) == 1
+    took = time.monotonic() - started
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"retrying HEAD http://{down}/")]
+    assert 1 <= len(lines) <= 1 + took // RETRY_LINES.window, lines
+    assert len(retries) > 1 + took // RETRY_LINES.window  # a line each would have been more

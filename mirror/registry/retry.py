@@ -85,6 +85,31 @@ def _describe(request: httpx.Request) -> str:
     return f"{request.method} {without_query(str(request.url))}"
 
 
+class RetryLines:
+    """A retry's line told at most once per `window` seconds per host and reason: a host that is down or
+    refusing fails every request alike, and a line per request (hundreds) says nothing more than the first. The
+    ones held back are counted in the next line."""
+
+    def __init__(self, window: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window, self.clock = window, clock
+        self._told: dict[tuple[str, str], tuple[float, int]] = {}  # (host, reason) -> when told, held since
+
+    def held_back(self, host: str, reason: str) -> int | None:
+        """None to hold this one back; else how many were held back since the last line."""
+        now, key = self.clock(), (host, reason)
+        told, held = self._told.get(key, (float("-inf"), 0))
+        if now - told < self.window:
+            self._told[key] = (told, held + 1)
+            return None
+        if len(self._told) > 1000:  # hosts and reasons come and go in a long-running service
+            self._told.clear()
+        self._told[key] = (now, 0)
+        return held
+
+
+RETRY_LINES = RetryLines()
+
+
 class RetryTransport(httpx.AsyncBaseTransport):
     """Wraps the connection transport; retries idempotent requests whose body can be sent again. Each
     retryable status answered is told to `on_retry_status`, if given."""
@@ -128,14 +153,17 @@ class RetryTransport(httpx.AsyncBaseTransport):
                     return response
                 await response.aclose()
                 reason = f"HTTP {response.status_code}"
-            log.info(
-                "retrying %s in %.1f s (%s, try %d of %d)",
-                _describe(request),
-                delay,
-                reason,
-                attempt + 1,
-                self.policy.attempts,
-            )
+            held = RETRY_LINES.held_back(request.url.host, reason)
+            if held is not None:
+                log.info(
+                    "retrying %s in %.1f s (%s, try %d of %d)%s",
+                    _describe(request),
+                    delay,
+                    reason,
+                    attempt + 1,
+                    self.policy.attempts,
+                    f"; {held} more retr{'y' if held == 1 else 'ies'} like it since the last line" if held else "",
+                )
             await self.sleep(delay)
             attempt += 1
 
