@@ -253,6 +253,36 @@ def test_the_service_is_probed_and_kept_to_one_replica() -> None:
     assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == [8080]
 
 
+@pytest.mark.parametrize("directory", [DEPLOY, OVERLAYS / "cronjob", OVERLAYS / "postgres"], ids=lambda p: p.name)
+def test_the_cronjob_runs_its_schedule_in_utc_as_the_service_does(directory: Path) -> None:
+    """Without timeZone a CronJob's schedule is read in kube-controller-manager's zone; the service's (and
+    README's) is UTC, and the schedules set apart (test_the_cronjob_and_the_service_never_discover_at_once) are
+    apart only when both are read in one zone."""
+    from zoneinfo import ZoneInfo
+
+    spec = by_kind(built(directory))["CronJob"]["spec"]
+    assert spec["timeZone"] == "Etc/UTC"
+    assert ZoneInfo(spec["timeZone"]).utcoffset(datetime.datetime(2026, 7, 1)) == datetime.timedelta(0)
+
+
+@pytest.mark.parametrize("directory", [DEPLOY, OVERLAYS / "postgres", OVERLAYS / "rrsa"], ids=lambda p: p.name)
+def test_the_status_pages_cookie_is_secure_behind_a_tls_terminating_ingress(
+    directory: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ingress ends TLS, so uvicorn sees http and `auto` would send the session cookie without Secure."""
+    from mirror.settings.environment import variable_problems
+
+    (container,) = by_kind(built(directory))["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MIRROR_SERVICE__SECURE_COOKIE"] == "always"
+    assert variable_problems({"MIRROR_SERVICE__SECURE_COOKIE": "always"}) == []  # it names the setting
+    docker_config = tmp_path / ".dockerconfigjson"
+    docker_config.write_text('{"auths": {}}')
+    monkeypatch.setenv("MIRROR_DOCKER_CONFIG", str(docker_config))
+    monkeypatch.setenv("MIRROR_SERVICE__SECURE_COOKIE", env["MIRROR_SERVICE__SECURE_COOKIE"])
+    assert load_settings(DEPLOY / "mirror.yaml").service.secure_cookie == "always"
+
+
 def test_secrets_are_placeholders() -> None:
     for _, doc in manifests():
         if doc["kind"] == "Secret":

@@ -3,7 +3,10 @@ model, and the check at load that each one is there and usable."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +16,7 @@ from pydantic import BaseModel, SecretStr, field_validator, model_validator
 
 from mirror import acr
 from mirror.settings.fields import one_source
+from mirror.untrusted import clip
 
 if TYPE_CHECKING:
     from mirror.settings.registries import AliyunLoginSettings
@@ -21,9 +25,59 @@ if TYPE_CHECKING:
 MIN_SECRET_BYTES = 16  # an HMAC key or bearer token shorter than this is guessable, an empty one signs anything
 MAX_SECRET_FILE_BYTES = 64 * 1024  # a password, key or token file
 MAX_DOCUMENT_FILE_BYTES = 4 * 1024 * 1024  # docker_config, signatures.trusted_root
+# What the repository itself shows where a secret goes (deploy/'s Secrets, README.md's examples): left in place,
+# or pasted unexpanded, it is known to everyone who can read the repository. Any value wrapped in <...> is one too.
+SHIPPED_PLACEHOLDERS = frozenset(
+    {
+        "<a long random string shared with CI>",  # deploy/base/secret.yaml
+        "<a long random string: the bearer token for GET /jobs>",
+        "<your Alibaba Cloud account name>",
+        "<your ACR registry password>",
+        "<optional Docker Hub user>",
+        "<optional Docker Hub token>",
+        "<postgresql+psycopg://user:password@host:5432/database>",  # deploy/overlays/postgres/database-secret.yaml
+        "<a long random string>",  # README.md's examples
+        "<account>",
+        "<password>",
+        "...",
+        "$(openssl rand -hex 32)",  # the command that makes one, quoted so that the shell did not run it
+        "${{ secrets.MIRROR_WEBHOOK_SECRET }}",  # the CI example's expression, which only GitHub Actions expands
+    }
+)
+PLACEHOLDER = "is a placeholder, not a secret: put a real random value there (openssl rand -hex 32)"
+log = logging.getLogger("mirror.service")
+_refused: set[str] = set()  # the secrets refused at a re-read since their last good value: warned about once
+
+
+def is_placeholder(value: str) -> bool:
+    """Whether a secret is one of the repository's placeholders (SHIPPED_PLACEHOLDERS) or looks like one: the
+    whole value wrapped in <...>."""
+    text = secret_text(value)
+    return (text.startswith("<") and text.endswith(">")) or text in SHIPPED_PLACEHOLDERS
+
+
+def usable_secret(label: str, value: bytes | None) -> bytes | None:
+    """A secret re-read after load (a mounted Secret's file changes in place), or None where it is no longer one
+    to use: a placeholder, or shorter than MIN_SECRET_BYTES (an empty key lets anyone sign). One warning, without
+    the value, until a good value is read again."""
+    if value is None:
+        return None
+    text = value.decode("utf-8", "replace")
+    problem = PLACEHOLDER if is_placeholder(text) else None
+    if problem is None and len(value) < MIN_SECRET_BYTES:
+        problem = f"holds fewer than {MIN_SECRET_BYTES} bytes"
+    if problem is None:
+        _refused.discard(label)
+        return value
+    if label not in _refused:
+        _refused.add(label)
+        log.warning("%s %s; refused as if none were configured until it is replaced", label, problem)
+    return None
 
 
 def _long_enough(value: SecretStr | None) -> SecretStr | None:
+    if value is not None and is_placeholder(value.get_secret_value()):
+        raise ValueError(PLACEHOLDER)
     if value is not None and len(secret_text(value.get_secret_value()).encode()) < MIN_SECRET_BYTES:
         raise ValueError(f"must be at least {MIN_SECRET_BYTES} bytes (an empty or short key lets others sign)")
     return value
@@ -75,6 +129,8 @@ def secret_from(what: str, env: str | None, file: Path | None) -> str:
         value = secret_text(os.environ.get(env, ""))
         if not value:
             raise ValueError(f"{what}: the environment variable {env} is not set")
+        if is_placeholder(value):
+            raise ValueError(f"{what}: the environment variable {env} {PLACEHOLDER}")
         return value
     if file is not None:
         try:
@@ -83,6 +139,8 @@ def secret_from(what: str, env: str | None, file: Path | None) -> str:
             raise ValueError(f"{what}: cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
         if not value:
             raise ValueError(f"{what}: {file} is empty")
+        if is_placeholder(value):
+            raise ValueError(f"{what}: {file} {PLACEHOLDER}")
         return value
     raise ValueError(f"{what}: give {what}_env or {what}_file (a secret is never written in the config)")
 
@@ -131,29 +189,32 @@ def missing_inputs(settings: MirrorSettings, environ: Mapping[str, str]) -> list
             problems.append(f"{key}: {path} {exc}")
             return None
 
-    def need_json_file(key: str, path: Path | None) -> None:
+    def need_json_file(key: str, path: Path | None) -> str | None:
         text = need_file(key, path, MAX_DOCUMENT_FILE_BYTES)
         problem = None if text is None else _json_object_problem(text)
         if problem:
             problems.append(f"{key}: {path} {problem}")
+        return None if problem else text
 
     def need_secret_file(key: str, path: Path | None, min_bytes: int = 1) -> None:
         text = need_file(key, path, MAX_SECRET_FILE_BYTES)
         secret = None if text is None else secret_text(text)
         if secret == "":
             problems.append(f"{key}: {path} is empty")
+        elif secret is not None and is_placeholder(secret):
+            problems.append(f"{key}: {path} {PLACEHOLDER}")
         elif secret is not None and len(secret.encode()) < min_bytes:
             problems.append(f"{key}: {path} holds fewer than {min_bytes} bytes (an empty key lets anyone sign)")
 
-    need_json_file("docker_config", settings.docker_config)
+    docker_config = need_json_file("docker_config", settings.docker_config)
+    if docker_config is not None:
+        problems += [f"docker_config: {settings.docker_config} {p}" for p in placeholder_logins(docker_config)]
     for host, registry in settings.registries.items():
         need_secret_file(f"registries.{host}.password_file", registry.password_file)
         if registry.password_env is not None:
-            value = environ.get(registry.password_env)
-            if value is None:
-                problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is not set")
-            elif not secret_text(value):
-                problems.append(f"registries.{host}.password_env: the variable {registry.password_env} is empty")
+            problem = _variable_problem(environ.get(registry.password_env))
+            if problem:
+                problems.append(f"registries.{host}.password_env: the variable {registry.password_env} {problem}")
         if registry.aliyun is not None:
             problems += [f"registries.{host}.aliyun: {p}" for p in _aliyun_problems(host, registry.aliyun, environ)]
     need_secret_file("webhook.secret_file", settings.webhook.secret_file, MIN_SECRET_BYTES)
@@ -161,6 +222,45 @@ def missing_inputs(settings: MirrorSettings, environ: Mapping[str, str]) -> list
     need_secret_file("service.api_token_file", settings.service.api_token_file, MIN_SECRET_BYTES)
     need_json_file("signatures.trusted_root", settings.signatures.trusted_root)
     return problems
+
+
+def _variable_problem(value: str | None) -> str | None:
+    if value is None:
+        return "is not set"
+    if not secret_text(value):
+        return "is empty"
+    return PLACEHOLDER if is_placeholder(value) else None
+
+
+def placeholder_logins(text: str) -> list[str]:
+    """The `auths` entries of a docker config (JSON) whose login is a placeholder, as deploy/base/secret.yaml ships
+    them: sent, the registry would refuse it and every pull or push with it. Never the values."""
+    auths = json.loads(text).get("auths")
+    found = []
+    for key, entry in auths.items() if isinstance(auths, dict) else ():
+        if not isinstance(entry, dict):
+            continue
+        username = entry.get("username")
+        values = [entry.get("password"), entry.get("identitytoken"), *_auth_pair(entry.get("auth"))]
+        values.append(None if username == "<token>" else username)  # "<token>": docker's name for a token login
+        if any(isinstance(value, str) and is_placeholder(value) for value in values):
+            found.append(
+                f"auths.{clip(str(key), 200)}: the login is a placeholder: put the real username and password there, "
+                "or delete the entry (Docker Hub's is optional: without it, pulls are anonymous)"
+            )
+    return found
+
+
+def _auth_pair(auth: object) -> list[str]:
+    """The username and password in an `auths` entry's `auth` (base64 of user:password), or none."""
+    if not isinstance(auth, str) or not auth:
+        return []
+    try:
+        decoded = base64.b64decode(auth, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return []
+    username, _, password = decoded.partition(":")
+    return [password] if username == "<token>" else [username, password]
 
 
 def _aliyun_problems(host: str, login: AliyunLoginSettings, environ: Mapping[str, str]) -> list[str]:

@@ -25,7 +25,7 @@ from mirror.settings.fields import (
     one_source,
     shown,
 )
-from mirror.settings.inputs import secret_text
+from mirror.settings.inputs import PLACEHOLDER, is_placeholder, secret_text
 
 # Each pattern is used whole (fullmatch): `$` would also match before a final newline
 _PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*")  # the OCI distribution spec's
@@ -83,6 +83,15 @@ class RegistrySettings(Section):
     def _password(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
             not_blank(value.get_secret_value())
+            if is_placeholder(value.get_secret_value()):
+                raise ValueError(PLACEHOLDER)
+        return value
+
+    @field_validator("username")
+    @classmethod
+    def _username(cls, value: str | None) -> str | None:
+        if value is not None and is_placeholder(value):
+            raise ValueError("is a placeholder: put the registry account's real name there")
         return value
 
     aliyun: AliyunLoginSettings | None = None  # an ACR host: log in with a RAM identity, no stored password

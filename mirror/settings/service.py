@@ -10,7 +10,14 @@ from typing import Literal, Self
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from mirror.settings.fields import EnvName, PlainName, Section
-from mirror.settings.inputs import MIN_SECRET_BYTES, inline_or_file, secret_bytes, secret_from, strong_secrets
+from mirror.settings.inputs import (
+    MIN_SECRET_BYTES,
+    inline_or_file,
+    secret_bytes,
+    secret_from,
+    strong_secrets,
+    usable_secret,
+)
 
 NotifyEvent = Literal["mirrored", "failed", "drift"]
 NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("mirrored", "failed", "drift")
@@ -88,10 +95,13 @@ class WebhookSettings(Section):
     _one_dockerhub_token = inline_or_file("dockerhub token", "dockerhub_token")
 
     def secret_value(self) -> bytes | None:
-        return secret_bytes(self.secret, self.secret_file)
+        """Read again for each delivery (a mounted Secret's file changes in place): a placeholder or a short key
+        put there since load is refused as no key at all."""
+        return usable_secret(_label("webhook.secret", self.secret_file), secret_bytes(self.secret, self.secret_file))
 
     def dockerhub_token_value(self) -> bytes | None:
-        return secret_bytes(self.dockerhub_token, self.dockerhub_token_file)
+        value = secret_bytes(self.dockerhub_token, self.dockerhub_token_file)
+        return usable_secret(_label("webhook.dockerhub_token", self.dockerhub_token_file), value)
 
 
 class ServiceSettings(Section):
@@ -113,6 +123,10 @@ class ServiceSettings(Section):
     # the most jobs the webhooks leave queued: past it a webhook is answered 503 and queues nothing, so whoever
     # holds the Docker Hub token cannot queue every version the filter allows (each failing, each notified)
     max_queued_jobs: int = Field(default=20, ge=1, le=10000)
+    # finished jobs (succeeded or failed) are deleted, with their deliveries, once finished this many days ago or
+    # once this many newer jobs are kept; never a job waiting, queued or running, nor each release's newest success
+    keep_jobs_days: float = Field(default=30.0, gt=0, le=36500.0)
+    keep_jobs: int = Field(default=1000, ge=10, le=10_000_000)
     # the status page's session cookie is Secure: when the request came over https (auto: uvicorn believes a
     # proxy's X-Forwarded-Proto only from loopback), always (behind an ingress that terminates TLS), or never
     secure_cookie: Literal["auto", "always", "never"] = "auto"
@@ -123,4 +137,10 @@ class ServiceSettings(Section):
     _one_token = inline_or_file("service api token", "api_token")
 
     def api_token_value(self) -> bytes | None:
-        return secret_bytes(self.api_token, self.api_token_file)
+        value = secret_bytes(self.api_token, self.api_token_file)
+        return usable_secret(_label("service.api_token", self.api_token_file), value)
+
+
+def _label(key: str, path: Path | None) -> str:
+    """The setting a secret came from, for a message: its file's key and path, or the inline key."""
+    return f"{key}_file: {path}" if path is not None else key
