@@ -27,7 +27,9 @@ SESSION_KEEPALIVES = {
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,  # ms: data sent and not acknowledged
 }
-SQLITE_FOR_NOW = ("locked", "busy", "unable to open", "disk i/o")  # sqlite3 errors worth a retry
+# sqlite3 errors worth a retry: a full disk ("database or disk is full") frees up once space is made
+SQLITE_FOR_NOW = ("locked", "busy", "unable to open", "disk i/o", "disk is full")
+POSTGRES_FOR_NOW = ("53100",)  # SQLSTATEs worth a retry whatever the driver's error class: disk_full
 SQLITE_BUSY_SECONDS = 30  # how long SQLite waits for another writer's lock
 POOL_SIZE, POOL_OVERFLOW = 4, 4
 
@@ -86,17 +88,24 @@ def open_engine(url: str, *, pooled: bool = True) -> Engine:
 
 def unavailable(error: BaseException) -> bool:
     """Whether `error` says the database could not be reached or used for now (the server is down,
-    restarting, the connection dropped, SQLite's file is locked, the pool is exhausted): worth trying again
-    later. A refused statement (bad data, a constraint, bad SQL) is not: it would be refused again."""
+    restarting, the connection dropped, SQLite's file is locked, the pool is exhausted, the disk is full): worth
+    trying again later. A refused statement (bad data, a constraint, bad SQL) is not: it would be refused again."""
     from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
     if isinstance(error, OperationalError) and type(error.orig).__module__ == "sqlite3":
         # sqlite3 raises OperationalError for refused statements too ("no such table"): only these are for now
         return any(word in str(error.orig).lower() for word in SQLITE_FOR_NOW)
+    if isinstance(error, DBAPIError) and _sqlstate(error.orig) in POSTGRES_FOR_NOW:
+        return True
     if isinstance(error, (OperationalError, InterfaceError, PoolTimeout)):
         return True
     return isinstance(error, DBAPIError) and error.connection_invalidated
+
+
+def _sqlstate(orig: BaseException | None) -> str | None:
+    """PostgreSQL's SQLSTATE of a driver's error (psycopg's `sqlstate`, psycopg2's `pgcode`), if it has one."""
+    return getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
 
 
 def driver_reason(error: BaseException) -> str:

@@ -64,6 +64,7 @@ def job_record(results: list[ReleaseResult]) -> list[dict[str, Any]]:
 
 
 RELEASE_SECONDS = 10.0  # how long a stop waits for a cut job to be given back
+PRUNE_EVERY = 600.0  # seconds: how often a replica deletes old jobs (service.keep_jobs_days, keep_jobs), after a job
 
 
 class JobRunner:
@@ -82,6 +83,7 @@ class JobRunner:
         self.current: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._announcing: set[asyncio.Task[object]] = set()  # notifications on their way: never waited for by a job
+        self._pruned_at: float | None = None  # time.monotonic() of this replica's last prune
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -142,6 +144,22 @@ class JobRunner:
             heartbeat.cancel()
             self.current, self.job_shutdown = None, None
             current_job.reset(token)
+        await self._prune()  # once the job is recorded, its lease no longer renewed
+
+    async def _prune(self) -> None:
+        """Old finished jobs deleted, at most once per PRUNE_EVERY seconds: a failure is one warning, and waits
+        for the next time (the job and the runner go on)."""
+        if self._pruned_at is not None and time.monotonic() - self._pruned_at < PRUNE_EVERY:
+            return
+        self._pruned_at = time.monotonic()
+        try:
+            deleted = await self.store.prune(self.settings.service.keep_jobs_days, self.settings.service.keep_jobs)
+        except Exception as exc:
+            reason = database.driver_reason(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
+            log.warning("could not delete old jobs: %s: %s", type(exc).__name__, clip(reason))
+            return
+        if deleted:
+            log.info("deleted %d old finished jobs (service.keep_jobs_days, service.keep_jobs)", deleted)
 
     async def _run(self, job: dict[str, Any], shutdown: Shutdown) -> None:
         started = time.monotonic()

@@ -21,6 +21,12 @@ Time comes from one clock, read once per transaction: the one given (the tests m
 PostgreSQL's own (`clock_timestamp()`), so replicas with skewed clocks agree on when a lease ends; SQLite
 serves one replica on one machine, whose clock (`time.time`) is the database's.
 
+Finished jobs are kept `service.keep_jobs_days` days, and no further back than the newest `service.keep_jobs` jobs:
+`prune` (the runner calls it after a job, every ten minutes at most) deletes older ones with their deliveries, in
+transactions of at most PRUNE_BATCH jobs along the indexes, never a job still to run nor a release's newest success
+(`last_success`; a replayed webhook's answer). Replicas pruning at once skip each other's locked jobs on PostgreSQL.
+`writable` writes one row, so a read-only or full store is unready.
+
 Every string a job carries is bounded: the columns' lengths are checked by the service before a delivery id
 reaches `enqueue`, and a job's error is cut to `MAX_ERROR_CHARS` here, at write, so nothing longer is stored.
 """
@@ -50,6 +56,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    delete,
     func,
     insert,
     inspect,
@@ -81,6 +88,9 @@ MAX_ERROR_CHARS = 500  # a job's error as stored (and so as served and logged)
 SHUTTING_DOWN = "by a replica shutting down"  # why a job is given back, as its record says
 LOST_LOCK = "by the loss of its target lock"
 MAX_ATTEMPTS = 3  # service.max_attempts's default
+PRUNE_BATCH = 500  # the most jobs one pruning transaction deletes: a first prune of a big table holds no lock long
+PRUNE_BATCHES = 20  # transactions per prune; what is left over goes at the next
+DAY = 86400.0
 Clock = Callable[[], float]  # seconds since the epoch
 
 metadata = MetaData()
@@ -111,6 +121,14 @@ deliveries = Table(
     metadata,
     Column("delivery", String(200), primary_key=True),
     Column("job_id", String(32), nullable=False),
+)
+Index("deliveries_by_job", deliveries.c.job_id)  # a pruned job's deliveries, deleted with it
+# One row, written by `writable`: a store that takes no writes (a read-only file or standby, a full disk) says so
+write_check = Table(
+    "write_check",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("checked_at", Float, nullable=False),
 )
 _waiting, _queued, _running = jobs.c.state == WAITING, jobs.c.state == QUEUED, jobs.c.state == RUNNING
 _active = jobs.c.state.in_(ACTIVE)
@@ -388,11 +406,28 @@ class JobStore:
         raise RuntimeError(f"could not give job {job_id} back after {ENQUEUE_ATTEMPTS} attempts")
 
     async def writable(self) -> bool:
+        """Whether the store takes a write now: the jobs read and `write_check`'s one row written (never a new
+        row), which a read-only file, a read-only PostgreSQL (a standby) or a full disk refuses."""
         try:
-            await self._run(lambda db: db.execute(select(jobs.c.id).limit(1)).all())
+            await self._run(lambda db: _check_write(db, self._now(db)))
         except Exception:
             return False
         return True
+
+    async def prune(
+        self, keep_days: float, keep_jobs: int, batch: int = PRUNE_BATCH, batches: int = PRUNE_BATCHES
+    ) -> int:
+        """Delete finished jobs, with their deliveries, that finished over `keep_days` days ago or that are
+        older than the newest `keep_jobs` jobs; never a waiting, queued or running job, nor the newest success
+        of a release (`last_success`, a replayed webhook's answer). At most `batch` jobs per transaction and
+        `batches` transactions. Replicas pruning at once delete each job once. How many jobs were deleted."""
+        deleted = 0
+        for _ in range(batches):
+            done = await self._run(lambda db: _prune_batch(db, self._now(db) - keep_days * DAY, keep_jobs, batch))
+            deleted += done
+            if done < batch:
+                break
+        return deleted
 
     def close(self) -> None:
         self.engine.dispose()
@@ -436,6 +471,65 @@ def _promote_orphans(db: Connection) -> None:
     """Every waiting job whose release has no job queued or running, queued: an older replica, which knows no
     follow-ups, ended the job it waited for."""
     db.execute(update(jobs).where(_waiting, _release_free()).values(state=QUEUED))
+
+
+def _check_write(db: Connection, now: float) -> None:
+    """The jobs read, and `write_check`'s one row written (made the first time)."""
+    db.execute(select(jobs.c.id).limit(1)).all()
+    if not db.execute(update(write_check).where(write_check.c.id == 1).values(checked_at=now)).rowcount:
+        postgres = db.dialect.name == "postgresql"
+        first = (pg_insert if postgres else sqlite_insert)(write_check).values(id=1, checked_at=now)
+        db.execute(first.on_conflict_do_nothing())
+
+
+def _prune_batch(db: Connection, before: float, keep_jobs: int, batch: int) -> int:
+    """One pruning transaction: up to `batch` prunable jobs (on PostgreSQL locked, those another replica is
+    pruning skipped), and their deliveries, deleted; how many jobs."""
+    chosen: dict[str, None] = {}
+    for state in (FAILED, SUCCEEDED):  # by age, along jobs_finished_by_state
+        aged = (jobs.c.state == state) & (jobs.c.finished_at < before)
+        chosen |= dict.fromkeys(_prunable(db, aged, (jobs.c.finished_at, jobs.c.id), batch - len(chosen)))
+    if len(chosen) < batch and (beyond := _beyond_the_newest(db, keep_jobs)) is not None:
+        # along jobs_newest_first, from the oldest: the state as an expression (`state || ''`), since SQLite would
+        # take ix_jobs_state for `state IN (...)`, which almost every job matches, and sort them all
+        finished = jobs.c.state.concat("").in_((SUCCEEDED, FAILED)) & beyond
+        chosen |= dict.fromkeys(_prunable(db, finished, (jobs.c.created_at, jobs.c.id), batch))
+    ids = list(chosen)[:batch]
+    if not ids:
+        return 0
+    db.execute(delete(deliveries).where(deliveries.c.job_id.in_(ids)))
+    return int(db.execute(delete(jobs).where(jobs.c.id.in_(ids))).rowcount)
+
+
+def _beyond_the_newest(db: Connection, count: int) -> ColumnElement[bool] | None:
+    """Jobs older than the newest `count` (in the job list's order, read along its index); None when there are
+    no more than `count` jobs."""
+    newest_first = select(jobs.c.created_at, jobs.c.id).order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
+    last = db.execute(newest_first.offset(count - 1).limit(1)).first()
+    if last is None:
+        return None
+    at: float = last.created_at
+    return (jobs.c.created_at <= at) & ((jobs.c.created_at < at) | (jobs.c.id < str(last.id)))
+
+
+def _prunable(db: Connection, where: ColumnElement[bool], order: tuple[Any, ...], limit: int) -> list[str]:
+    """The ids of up to `limit` finished jobs matching `where`, in `order`, each a failure or a success that a
+    newer success of its release replaced (so the newest success of every release is kept)."""
+    if limit <= 0:
+        return []
+    newer = jobs.alias("newer")
+    later = (newer.c.finished_at > jobs.c.finished_at) | (newer.c.id > jobs.c.id)
+    replaced = select(newer.c.id).where(
+        newer.c.state == SUCCEEDED,
+        newer.c.finished_at >= jobs.c.finished_at,
+        later,
+        newer.c.release_key == jobs.c.release_key,
+    )
+    kept = (jobs.c.state == SUCCEEDED) & jobs.c.finished_at.is_not(None) & ~replaced.exists()
+    query = select(jobs.c.id).where(where, ~kept).order_by(*order).limit(limit)
+    if db.dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=jobs)
+    return list(db.execute(query).scalars())
 
 
 def gave_up_error(attempts: int, owner: str | None, lease_expires_at: float | None) -> str:
@@ -570,5 +664,5 @@ def _create_or_upgrade(engine: Engine) -> None:
             beside = select(running.c.id).where(running.c.release_key == jobs.c.release_key, running.c.state == RUNNING)
             db.execute(update(jobs).where(_queued, beside.exists()).values(state=WAITING))
         metadata.create_all(db)
-        for index in jobs.indexes:  # create_all skips the indexes of a table that was already there
+        for index in (*jobs.indexes, *deliveries.indexes):  # create_all skips those of a table already there
             index.create(db, checkfirst=True)
