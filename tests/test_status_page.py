@@ -235,7 +235,7 @@ def browse(
     assert card(driver, copied["id"]).find_element(By.CSS_SELECTOR, ".badge").text == "succeeded"
     assert driver.find_element(By.ID, "newest").get_attribute("href") == home
     driver.get(f"{home}?job={'0' * 32}")
-    assert "is known to this service" in driver.find_element(By.ID, "no-such-job").text
+    assert "is kept here: finished jobs are kept" in driver.find_element(By.ID, "no-such-job").text
     driver.find_element(By.ID, "logout").click()
     wait_for_url(driver, login)
     anchor = f"#job-{copied['id']}"
