@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from mirror import database
 from mirror.engine.clients import Clients
-from mirror.engine.lock import LockLost
+from mirror.engine.lock import LockDirUnusable, LockLost, LockTimeout, LockUnavailable
 from mirror.engine.shutdown import Interrupted, Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.errors import MirrorError
@@ -27,6 +27,8 @@ from mirror.service.logs import current_job
 from mirror.service.metrics import Metrics
 from mirror.service.store import (
     FAILED,
+    LOCK_WAIT,
+    LOCKS_AWAY,
     LOST_LOCK,
     MAX_ERROR_CHARS,
     QUEUED,
@@ -221,8 +223,8 @@ class JobRunner:
             return await sync(self.settings, job["versions"], options, Progress(), shutdown, clients)
 
     async def _give_back(self, job_id: str, why: str) -> None:
-        """An unfinished job back to the queue. Cut by a shutdown, its attempt is given back too; cut by a lost
-        target lock (a database failover), it counts (`_given_back_why` fails it on its last)."""
+        """An unfinished job back to the queue. Cut by a shutdown, its attempt is given back too; cut by a target
+        lock (lost, waited for too long, its database away), it counts (`_given_back_why` fails it on its last)."""
         try:
             left = await self.store.release(job_id, self.owner, why, refund=why == SHUTTING_DOWN)
             if left == QUEUED:
@@ -292,9 +294,18 @@ def job_links(public: str, job_id: str) -> JobLinks:
 
 def _given_back_why(exc: MirrorError, shutdown: Shutdown, attempts_left: bool) -> str | None:
     """Why a job that raised goes back to the queue rather than failing: the replica stopped it (while it waited
-    for its target's lock), or its target lock was lost (another run may hold it now; the job's next run waits
-    for it) with attempts left: a queued job is claimed whatever its count, so the last one fails it. None for a
-    failure of the job's own."""
+    for its target's lock); or, with attempts left, its target lock was lost (another run may hold it now; the
+    job's next run waits for it), another run held it past `lock_timeout` (a cold copy by the CronJob or another
+    replica), or the database holding the locks was out of reach for a moment: a queued job is claimed whatever
+    its count, so the last attempt fails it. None for a failure of the job's own (a `lock_dir` it cannot use)."""
+    if isinstance(exc, Interrupted):
+        return SHUTTING_DOWN if shutdown.stopping else None
     if isinstance(exc, LockLost):
-        return LOST_LOCK if attempts_left else None
-    return SHUTTING_DOWN if isinstance(exc, Interrupted) and shutdown.stopping else None
+        why: str | None = LOST_LOCK
+    elif isinstance(exc, LockUnavailable):
+        why = LOCKS_AWAY
+    elif isinstance(exc, LockTimeout) and not isinstance(exc, LockDirUnusable):
+        why = LOCK_WAIT
+    else:
+        why = None
+    return why if attempts_left else None
