@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import logging
 import re
@@ -42,7 +43,7 @@ from mirror.service.hooks import (
 )
 from mirror.service.metrics import Metrics, StoreSuccess
 from mirror.service.runner import JobRunner
-from mirror.service.scheduler import start_scheduler
+from mirror.service.scheduler import missed_tick, start_scheduler
 from mirror.service.server import Doors, run
 from mirror.service.store import KINDS, MAX_ERROR_CHARS, STATES, UNFINISHED, JobStore, QueueFull, UnknownJob
 from mirror.settings import ConfigError, MirrorSettings, load_settings
@@ -283,6 +284,22 @@ async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
+async def catch_up(app: Starlette) -> None:
+    """At start, the schedule's latest tick of the last day where no job answers it (every replica was down at
+    its time: a restart, a rollout): queued now under its own delivery id, so the replicas starting together
+    make one job, rather than waiting for the next tick, hours away."""
+    delivery = missed_tick(app.state.settings.schedule, datetime.datetime.now(datetime.UTC))
+    try:
+        if delivery is None or await app.state.store.answered(delivery):
+            log.info("no scheduled discovery was missed while no replica ran")
+            return
+    except Exception as exc:  # the store away at start: the next tick comes as usual
+        log.warning("could not look for a missed scheduled discovery: %s", clip(database.driver_reason(exc)))
+        return
+    log.info("scheduled discovery %s was missed while no replica ran: queuing it now", delivery)
+    await queue_discovery(app, delivery)
+
+
 async def queue_discovery(app: Starlette, delivery: str | None) -> None:
     """The schedule's discovery job (never bounded by service.max_queued_jobs: at most one is queued); `delivery`
     names the tick, which every replica queues. A job store out of reach is waited for a few minutes: the tick
@@ -327,6 +344,7 @@ def create_app(settings: MirrorSettings) -> Starlette:
         app.state.runner.start()
         scheduled = functools.partial(queue_discovery, app)
         app.state.scheduler = start_scheduler(settings.schedule, scheduled) if settings.schedule else None
+        catching_up = asyncio.ensure_future(catch_up(app)) if settings.schedule else None
         alive = settings.service.heartbeat_file
         runner = app.state.runner
         heartbeat = asyncio.ensure_future(beat(alive, running=lambda: runner.running)) if alive is not None else None
@@ -335,6 +353,8 @@ def create_app(settings: MirrorSettings) -> Starlette:
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
+            if catching_up is not None:
+                catching_up.cancel()
             if app.state.scheduler is not None:
                 app.state.scheduler.shutdown(wait=False)
             await app.state.runner.stop(settings.shutdown_grace)

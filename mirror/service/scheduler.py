@@ -18,6 +18,7 @@ from mirror.cron import cron_trigger
 
 log = logging.getLogger("mirror.service")
 MISFIRE_GRACE_SECONDS = 60  # a tick run later than this after its time is skipped
+CATCH_UP_SECONDS = 24 * 3600.0  # a replica starting queues the latest tick within this, if no job answers it
 
 
 def start_scheduler(expression: str, enqueue: Callable[[str | None], Awaitable[None]]) -> AsyncIOScheduler:
@@ -40,12 +41,25 @@ def start_scheduler(expression: str, enqueue: Callable[[str | None], Awaitable[N
     return scheduler
 
 
-def tick_delivery(trigger: BaseTrigger, now: datetime.datetime) -> str | None:
+def tick_delivery(trigger: BaseTrigger, now: datetime.datetime, within: float = MISFIRE_GRACE_SECONDS) -> str | None:
     """`schedule:<fire time>` for the tick running at `now`: the trigger's latest fire time at or before it (the
-    same on every replica whose clock agrees to within the schedule's period); None past the misfire grace."""
-    moment = trigger.get_next_fire_time(None, now - datetime.timedelta(seconds=MISFIRE_GRACE_SECONDS))
+    same on every replica whose clock agrees to within the schedule's period); None when none is `within` seconds
+    before it (the misfire grace)."""
+    moment = trigger.get_next_fire_time(None, now - datetime.timedelta(seconds=within))
     latest = None
     while moment is not None and moment <= now:
         latest = moment
         moment = trigger.get_next_fire_time(moment, moment + datetime.timedelta(seconds=1))
     return f"schedule:{latest.astimezone(datetime.UTC):%Y-%m-%dT%H:%M:%SZ}" if latest is not None else None
+
+
+def missed_tick(expression: str, now: datetime.datetime) -> str | None:
+    """The delivery of the schedule's latest tick within a day before `now`, which a replica starting now may have
+    missed (a restart or a rollout across it: APScheduler, in memory, knows no tick before it started). Looked for
+    in widening windows, so a schedule of every few seconds is not stepped through for a whole day."""
+    trigger = cron_trigger(expression)
+    for window in (MISFIRE_GRACE_SECONDS, 3600.0, CATCH_UP_SECONDS):
+        found = tick_delivery(trigger, now, window)
+        if found is not None:
+            return found
+    return None

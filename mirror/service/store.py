@@ -246,6 +246,12 @@ class JobStore:
             return _row(row), created
         raise RuntimeError(f"could not queue a job for {ask.key} after {ENQUEUE_ATTEMPTS} attempts")
 
+    async def answered(self, delivery: str) -> bool:
+        """Whether a job answers `delivery` (queued, running or finished, failed included)."""
+        noted = select(deliveries.c.job_id).where(deliveries.c.delivery == delivery)
+        query = noted.union_all(select(jobs.c.id).where(jobs.c.delivery == delivery)).limit(1)
+        return await self._run(lambda db: db.execute(query).first() is not None)
+
     async def last_success(self) -> float | None:
         """When the newest succeeded job finished (None: none has): one index look-up, whatever the table's size.
         Every replica reads the same answer, so a replica that restarted still knows it."""
