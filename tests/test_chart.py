@@ -267,6 +267,7 @@ def test_explicit_images_take_their_keys_from_the_chart(
     # the chart can also run jettech's certgen and the mock plugin, which this config does not mirror
     assert code == 1
     assert "values for t0 not written" in err and "scheduler.patch.image would still pull" in err
+    assert "with images: set, the chart's other images are not mirrored: list them under images: too" in err
     assert "mockDevicePlugin.image would still pull" in err
     assert not (tmp_path / "out" / "t0" / "hami-ack-values.yaml").exists()
     assert manifest_digest(target, "mirrored/hami", "2.10.0") is None  # the chart is published only after its proof

@@ -104,9 +104,7 @@ async def deliver(
     problems = list(dict.fromkeys(problems))
     label = f"{job.version} {chart.spec.name} -> {target.name}"
     if problems and settings.values.unmirrored == "error":
-        reason = "; ".join(problems)
-        what = "values" if chart.spec.is_release_chart else f"{chart.spec.name} values"
-        return Delivery(None, f"{what} for {target.name} not written: nodes would pull from the source: {reason}")
+        return Delivery(None, _withheld(settings, chart, target, problems))
     for problem in (*problems, *notes):
         log.warning("%s: values written with an image left behind: %s", label, clip(problem, PROBLEM_CHARS))
     if chart.archive is not None and settings.chart is not None:
@@ -125,6 +123,19 @@ async def deliver(
         chart.version,
     )
     return Delivery(written)
+
+
+def _withheld(settings: MirrorSettings, chart: ChartJob, target: TargetSettings, problems: list[str]) -> str:
+    """Why a chart's values are not written: each image nodes would still pull from the source; where the config
+    lists `images:`, that the chart's others are not taken, and what to do."""
+    what = "values" if chart.spec.is_release_chart else f"{chart.spec.name} values"
+    hint = ""
+    if chart.spec.is_release_chart and settings.images and chart.unmirrored:
+        hint = (
+            " (with images: set, the chart's other images are not mirrored: list them under images: too, "
+            "remove images: to mirror every image the chart runs, or set values.unmirrored: warn)"
+        )
+    return f"{what} for {target.name} not written: nodes would pull from the source{hint}: {'; '.join(problems)}"
 
 
 def _left_behind(block: ImageBlock, spec: ChartSpec) -> str:
