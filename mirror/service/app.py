@@ -342,19 +342,16 @@ def create_app(settings: MirrorSettings) -> Starlette:
         app.state.store_success = StoreSuccess(app.state.metrics, app.state.store.last_success)
         app.state.runner = JobRunner(settings, app.state.store, app.state.metrics)
         app.state.runner.start()
-        scheduled = functools.partial(queue_discovery, app)
-        app.state.scheduler = start_scheduler(settings.schedule, scheduled) if settings.schedule else None
-        catching_up = asyncio.ensure_future(catch_up(app)) if settings.schedule else None
-        alive = settings.service.heartbeat_file
-        runner = app.state.runner
-        heartbeat = asyncio.ensure_future(beat(alive, running=lambda: runner.running)) if alive is not None else None
+        app.state.scheduler = None
+        background = _start_schedule(app) if settings.schedule else []
+        alive, runner = settings.service.heartbeat_file, app.state.runner
+        if alive is not None:
+            background.append(asyncio.ensure_future(beat(alive, running=lambda: runner.running)))
         try:
             yield
         finally:
-            if heartbeat is not None:
-                heartbeat.cancel()
-            if catching_up is not None:
-                catching_up.cancel()
+            for task in background:
+                task.cancel()
             if app.state.scheduler is not None:
                 app.state.scheduler.shutdown(wait=False)
             await app.state.runner.stop(settings.shutdown_grace)
@@ -378,6 +375,13 @@ def create_app(settings: MirrorSettings) -> Starlette:
     ]
     doors = [Middleware(Doors, body_seconds=settings.service.body_seconds)]
     return Starlette(routes=routes, middleware=doors, lifespan=lifespan)
+
+
+def _start_schedule(app: Starlette) -> list[asyncio.Future[None]]:
+    """The schedule's ticks (APScheduler, `app.state.scheduler`) and, at once, the look for a tick missed while
+    no replica ran: the task, cancelled at shutdown."""
+    app.state.scheduler = start_scheduler(app.state.settings.schedule, functools.partial(queue_discovery, app))
+    return [asyncio.ensure_future(catch_up(app))]
 
 
 def store_url(settings: MirrorSettings) -> str:
