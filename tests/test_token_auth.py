@@ -229,10 +229,22 @@ def test_wrong_password_fails_fast_and_writes_nothing(world: World, capsys: pyte
     for line in failures:
         assert "access denied to mirrored/" in line and f"at {world.target.host}" in line
         assert "incorrect username or password" in line
-        assert "(credentials from config)" in line  # which credentials to mend
+        # which credentials to mend: the setting
+        assert f"(credentials from registries.{world.target.host}: username and password)" in line
     assert "wrong-password-123" not in output and "Traceback" not in output
     assert not any(e.method in ("POST", "PUT", "PATCH") for e in world.target.access_log())
     assert len(world.tokens.requests) <= 4  # no retry loop against the token server
+
+
+def test_a_refused_password_from_a_variable_names_the_variable(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIRROR_TEST_ACR_PASSWORD", "wrong-password-123")
+    config = world.config({"username": USER, "password_env": "MIRROR_TEST_ACR_PASSWORD"})
+    code, output = run_cli(["sync", VERSION, "--config", str(config)], capsys)
+    assert code == 1
+    where = f"registries.{world.target.host}: username and password_env MIRROR_TEST_ACR_PASSWORD"
+    assert f"(credentials from {where})" in output and "wrong-password-123" not in output
 
 
 def test_no_credentials_for_a_private_target_is_access_denied(world: World, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,10 +1,13 @@
 """One registry client per host for a whole run: discovery, the charts and every copy share its connections
-and its token cache, so a scope's token is fetched once per run, not once per step. A run may be given an
-observer of the registries' retryable answers (the service counts 429s with it); the CLI gives none."""
+and its token cache, so a scope's token is fetched once per run, not once per step. A host that is both a
+source and one of the targets has a second client, with a connection pool of its own, for the blobs read from
+it (`reader`). A run may be given an observer of the registries' retryable answers (the service counts 429s
+with it); the CLI gives none."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from types import TracebackType
 
 from mirror.engine.tasks import asked_again_if_failed
@@ -15,6 +18,8 @@ from mirror.registry.options import ClientOptions, PullBudgetOptions, TemporaryL
 from mirror.registry.proxy import ProxyRules, environment_proxies
 from mirror.registry.retry import RetryPolicy, StatusObserver
 from mirror.settings import MirrorSettings, RetrySettings
+
+log = logging.getLogger("mirror")
 
 
 def retry_policy(retry: RetrySettings) -> RetryPolicy:
@@ -61,6 +66,7 @@ def client_options(
         pull_budget=PullBudgetOptions(budget.floor, budget.max_wait, budget.poll_interval),
         username=registry.username,
         password=registry.password_value,
+        login_origin=registry.login_origin(host),
         docker_config=settings.docker_config,
         anonymous=anonymous,
         login=None if anonymous else (login or acr_login(settings, host)),
@@ -80,6 +86,8 @@ class Clients:
         self.settings = settings
         self.on_retry_status = on_retry_status  # for every client of the run, anonymous ones included
         self._open: dict[str, RegistryClient] = {}
+        self._readers: dict[str, RegistryClient] = {}  # blob reads from a host that is also a target
+        self._written = frozenset(api_host(target.registry) for target in settings.targets)
         self._logins: dict[str, TemporaryLogin | None] = {}
         self._tags: dict[tuple[str, str, str], asyncio.Future[Descriptor | None]] = {}
         self._repositories: dict[tuple[str, str], asyncio.Future[bool]] = {}
@@ -89,10 +97,35 @@ class Clients:
         host = api_host(host)
         client = self._open.get(host)
         if client is None:
-            login, observer = self.login(host), self.on_retry_status
-            options = client_options(self.settings, host, login=login, on_retry_status=observer, proxies=self.proxies)
-            client = self._open[host] = RegistryClient.open(host, options)
+            client = self._open[host] = self._opened(host)
         return client
+
+    def reader(self, host: str) -> RegistryClient:
+        """The client that streams blobs out of `host` as a source. A transfer holds its source GET open while its
+        PUT or PATCH waits for a connection: in one pool, the GETs could take every place and no upload would ever
+        get one. So a host that is also a target reads blobs through a client of its own (its own pool of
+        `max_connections`, the same login): a transfer then always takes its read's place before its write's,
+        never the other way round, and no set of transfers can wait on each other in a ring."""
+        host = api_host(host)
+        if host not in self._written:
+            return self[host]
+        client = self._readers.get(host)
+        if client is None:
+            connections = self.settings.registry(host).max_connections
+            log.info(
+                "%s is a source and a target: blobs read from it get a connection pool of their own "
+                "(max_connections %d for reads, %d for everything else)",
+                host,
+                connections,
+                connections,
+            )
+            client = self._readers[host] = self._opened(host)
+        return client
+
+    def _opened(self, host: str) -> RegistryClient:
+        login, observer = self.login(host), self.on_retry_status
+        options = client_options(self.settings, host, login=login, on_retry_status=observer, proxies=self.proxies)
+        return RegistryClient.open(host, options)
 
     async def head_tag(self, host: str, repository: str, identifier: str) -> Descriptor | None:
         """A manifest `HEAD` at the source, asked once per run: where the chart's tag check asked it, the copy
@@ -121,7 +154,8 @@ class Clients:
         return self._logins[host]
 
     async def aclose(self) -> None:
-        clients, self._open = list(self._open.values()), {}
+        clients = [*self._open.values(), *self._readers.values()]
+        self._open, self._readers = {}, {}
         await asyncio.gather(*(client.aclose() for client in clients))
 
     async def __aenter__(self) -> Clients:

@@ -106,12 +106,17 @@ def load_docker_config(path: Path) -> DockerConfig:
 
 
 async def resolve_credentials(
-    host: str, username: str | None, password_source: Callable[[], str | None] | None, docker_config: Path | None
+    host: str,
+    username: str | None,
+    password_source: Callable[[], str | None] | None,
+    docker_config: Path | None,
+    origin: str = "config",
 ) -> Credentials | None:
-    """The credentials for `host`, or None for anonymous access."""
+    """The credentials for `host`, or None for anonymous access; `origin` names where a username and password
+    given are set (the setting, the variable or file), for a refusal to say which to mend."""
     password = password_source() if password_source else None
     if username and password is not None:
-        return Credentials(username, password, origin="config")
+        return Credentials(username, password, origin=origin)
     path = docker_config_path(docker_config)
     if path is None:
         return None

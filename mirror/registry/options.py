@@ -39,6 +39,7 @@ class ClientOptions:
     pull_budget: PullBudgetOptions = field(default_factory=PullBudgetOptions)
     username: str | None = None
     password: Callable[[], str | None] | None = field(default=None, repr=False)  # read when first needed
+    login_origin: str = "config"  # where the username and password are set, for a refusal's message
     docker_config: Path | None = None  # a docker config.json; default: $DOCKER_CONFIG, ~/.docker
     anonymous: bool = False  # ignore every credential source: see what a node without credentials sees
     login: TemporaryLogin | None = field(default=None, repr=False)  # instead of a stored password

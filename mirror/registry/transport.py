@@ -43,7 +43,9 @@ def open_http_client(host: str, options: ClientOptions) -> httpx.AsyncClient:
             return None
         if options.login is not None:
             return await options.login(service)
-        return await resolve_credentials(host, options.username, options.password, options.docker_config)
+        return await resolve_credentials(
+            host, options.username, options.password, options.docker_config, options.login_origin
+        )
 
     limits = httpx.Limits(max_connections=options.max_connections, max_keepalive_connections=options.max_connections)
     # verified whatever the registry's scheme: its token realm or a blob's redirect may be https (the pool loads

@@ -117,6 +117,16 @@ class RegistrySettings(Section):
         keys = {"password": self.password, "password_file": self.password_file, "password_env": self.password_env}
         return next((key for key, value in keys.items() if value is not None), None)
 
+    def login_origin(self, host: str) -> str:
+        """Where this entry's login is set, for a registry's refusal to name: the setting, and the variable or
+        file the password is read from (never the password)."""
+        where = f"registries.{host}"
+        if self.password_env is not None:
+            return f"{where}: username and password_env {self.password_env}"
+        if self.password_file is not None:
+            return f"{where}: username and password_file {self.password_file}"
+        return f"{where}: username and password"
+
     def password_value(self) -> str | None:
         if self.password is not None:
             return secret_text(self.password.get_secret_value())
