@@ -140,7 +140,7 @@ def test_a_refused_repository_url_is_quoted_without_its_login(tmp_path: Path, re
     data = with_changes(chart={"repository": repository})
     with pytest.raises(ConfigError) as refused:
         load_settings(config_file(tmp_path, data))
-    assert f"chart.repository: Value error, {detail}" in str(refused.value), refused.value
+    assert f"chart.repository: {detail}" in str(refused.value), refused.value
     assert TOKEN not in str(refused.value), refused.value
 
 

@@ -103,7 +103,7 @@ ALIAS_BOMB = "\n".join(
         ("values: {extra: " + "{a: " * 5000 + "1" + "}" * 5001 + "\n", "nested deeper than 64 levels"),
         (ALIAS_BOMB + "\n", "more than 100000 values, aliases expanded"),
         ("# " + "x" * (2 * 1024 * 1024) + "\n", "larger than 1024 KiB"),
-        ("_env_prefix: ''\n", "'_env_prefix': Extra inputs are not permitted"),
+        ("_env_prefix: ''\n", "'_env_prefix': unknown key"),
     ],
     ids=["not-utf8", "lists-5000-deep", "mappings-5000-deep", "alias-bomb", "2-mib", "settings-keyword"],
 )
@@ -126,11 +126,11 @@ def test_a_hostile_config_file_is_one_line_naming_it(
         ({"transfer": {"read_timeout": float("nan")}}, "transfer.read_timeout: Input should be a finite number"),
         ({"lock_timeout": 1e12}, "lock_timeout: Input should be less than or equal to 86400"),
         ({"pull_budget": {"max_wait": float("inf")}}, "pull_budget.max_wait: Input should be a finite number"),
-        ({"transfer": {"blob_concurrency": True}}, "transfer.blob_concurrency: Value error, expected a number"),
-        ({"target_options": {"namespace": "demo-"}}, "targets.0.namespace: Value error, 'demo-'"),
-        ({"values": {"release": "HAMi_release"}}, "values.release: Value error, 'HAMi_release' is not a Helm release"),
-        ({"values": {"kube_namespace": "kube_system"}}, "values.kube_namespace: Value error, 'kube_system' is not a"),
-        ({"discovery": {"versions": ">=" + "7" * 100_000 + ".0.0"}}, "discovery.versions: Value error, version filter"),
+        ({"transfer": {"blob_concurrency": True}}, "transfer.blob_concurrency: expected a number"),
+        ({"target_options": {"namespace": "demo-"}}, "targets.0.namespace: 'demo-'"),
+        ({"values": {"release": "HAMi_release"}}, "values.release: 'HAMi_release' is not a Helm release"),
+        ({"values": {"kube_namespace": "kube_system"}}, "values.kube_namespace: 'kube_system' is not a"),
+        ({"discovery": {"versions": ">=" + "7" * 100_000 + ".0.0"}}, "discovery.versions: version filter"),
     ],
     ids=["inf", "nan", "huge-timeout", "inf-wait", "bool-count", "namespace", "release", "kube-namespace", "filter"],
 )
@@ -154,8 +154,8 @@ def test_a_release_name_helm_refuses_is_found_before_any_image_is_copied(tmp_pat
         charts=[{"repository": charts, "name": "webui", "release": "web.ui", "namespace": "x" * 64}],
     )
     lines = refused(tmp_path, registry, config)
-    assert any("charts.0.release: Value error, 'web.ui' is not a Helm release name" in line for line in lines)
-    assert any("charts.0.namespace: Value error" in line and "at most 63" in line for line in lines), lines
+    assert any("charts.0.release: 'web.ui' is not a Helm release name" in line for line in lines)
+    assert any("charts.0.namespace: " in line and "at most 63" in line for line in lines), lines
 
 
 # -- the environment -----------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_a_release_name_helm_refuses_is_found_before_any_image_is_copied(tmp_pat
 @pytest.mark.parametrize(
     ("env", "named"),
     [
-        ({"MIRROR_OUTPUT_DIR": ""}, "output_dir (set by the environment variable MIRROR_OUTPUT_DIR): Value error"),
+        ({"MIRROR_OUTPUT_DIR": ""}, "output_dir (set by the environment variable MIRROR_OUTPUT_DIR): an empty path"),
         ({"MIRROR_BOGUS": "1"}, "MIRROR_BOGUS: not a setting"),
         ({"MIRROR_TRANSFERS__X": "1"}, "MIRROR_TRANSFERS__X: not a setting; did you mean MIRROR_TRANSFER?"),
         ({"MIRROR_TRANSFER__CONNECT_TIMEOUT": "inf"}, "MIRROR_TRANSFER__CONNECT_TIMEOUT): Input should be a finite"),

@@ -10,7 +10,8 @@
   guess, never trusted: the tag's own HEAD still decides. With the guess, a re-run asks the targets about the
   whole tree in the same wave as the tag itself instead of one round trip later.
 
-None is needed: a missing, unreadable or read-only `state_dir` only costs the requests they save.
+None is needed: a missing, unreadable or read-only `state_dir` only costs the requests they save. A write that
+fails is one warning naming `state_dir` (not one per file), and the run goes on.
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ log = logging.getLogger("mirror")
 NOTES_TTL = 24 * 3600  # a registry's missing referrers API is asked again after this long
 MAX_NOTES_BYTES = 1024 * 1024
 MAX_TAGS_KEPT = 4000  # about 0.6 MB of tags.json
+# state_dirs a warning said could not be written: once per run (a process), and again after a write there works
+_UNWRITABLE: set[Path] = set()
 
 
 class ManifestCache:
     def __init__(self, directory: Path | None) -> None:
+        self.state_dir = directory
         self.directory = directory / "manifests" / "sha256" if directory is not None else None
         self._held: dict[str, Manifest] = {}
 
@@ -54,11 +58,11 @@ class ManifestCache:
         if manifest.digest in self._held:
             return
         self._held[manifest.digest] = manifest
-        if self.directory is None or not manifest.digest.startswith("sha256:"):
+        if self.directory is None or self.state_dir is None or not manifest.digest.startswith("sha256:"):
             return
         path = self.directory / manifest.digest.removeprefix("sha256:")
         if _read_kept(path, manifest.digest) is None:
-            _write_atomically(path, manifest.media_type.encode("ascii") + b"\n" + manifest.raw)
+            _write_atomically(path, manifest.media_type.encode("ascii") + b"\n" + manifest.raw, self.state_dir)
 
 
 def _read_kept(path: Path, digest: str) -> Manifest | None:
@@ -94,7 +98,7 @@ class RegistryNotes:
 
     def save(self) -> None:
         if self._changed and self.path is not None:
-            _write_atomically(self.path, json.dumps(self._notes, indent=1, sort_keys=True).encode())
+            _write_atomically(self.path, json.dumps(self._notes, indent=1, sort_keys=True).encode(), self.path.parent)
             self._changed = False
 
     def _read(self) -> dict[str, dict[str, float]]:
@@ -122,7 +126,7 @@ class LastDigests:
     def save(self) -> None:
         if self._changed and self.path is not None:
             kept = dict(list(self._digests.items())[-MAX_TAGS_KEPT:])
-            _write_atomically(self.path, json.dumps(kept, indent=0).encode())
+            _write_atomically(self.path, json.dumps(kept, indent=0).encode(), self.path.parent)
             self._changed = False
 
 
@@ -138,8 +142,9 @@ def _read_json(path: Path | None) -> dict[str, object]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write whole or not at all (a temporary file renamed into place); a failure is logged, never raised."""
+def _write_atomically(path: Path, data: bytes, state_dir: Path) -> None:
+    """Write whole or not at all (a temporary file renamed into place); a failure is never raised, and the first
+    under `state_dir` is a warning: the run goes on, but the next one pays the requests the state would save."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
@@ -154,3 +159,14 @@ def _write_atomically(path: Path, data: bytes) -> None:
             raise
     except OSError as exc:
         log.debug("state not kept at %s: %s", path, exc)
+        if state_dir not in _UNWRITABLE:
+            _UNWRITABLE.add(state_dir)
+            log.warning(
+                "state_dir %s: cannot write in it (%s): what this run learned is not kept, so a re-run asks the"
+                " registries again for what was known (manifests, tag digests, which registries lack the referrers"
+                " API); this run is not affected",
+                state_dir,
+                exc.strerror or exc,
+            )
+        return
+    _UNWRITABLE.discard(state_dir)

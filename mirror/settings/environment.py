@@ -7,19 +7,21 @@ import difflib
 import json
 import re
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic_core import ErrorDetails
 
-from mirror.settings.fields import MAX_CONFIG_DEPTH, MAX_LINE, union_members
+from mirror.settings.fields import MAX_CONFIG_DEPTH, MAX_LINE, SHOWN_VALUE, union_members
 from mirror.settings.root import ENV_PREFIX, MirrorSettings
 from mirror.untrusted import clip
 
 # MIRROR_* variables that are not settings, and where each is read. Any other MIRROR_* variable must name a
 # setting: pydantic-settings would ignore a misspelt one, so it is refused at load instead.
+# Each with what it is, as a misspelling's `did you mean` says it.
 NOT_SETTINGS = {
-    "MIRROR_CONFIG": "the config file's path when --config is not given (loading.config_path)",
+    "MIRROR_CONFIG": "the config file when --config is not given",  # loading.config_path
 }
 # Kubernetes gives every pod <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_80_TCP_ADDR... for each Service in its
 # namespace (enableServiceLinks): deploy/base/service.yaml's `mirror` yields MIRROR_SERVICE_HOST, MIRROR_PORT...
@@ -134,13 +136,36 @@ def _setting_paths(model: type[BaseModel]) -> list[tuple[str, ...]]:
 
 
 def _nearest(name: str, prefix: list[str], model: type[BaseModel]) -> str:
-    """`; did you mean MIRROR_...?` with the closest setting below the part of `name` that was found, or ""."""
+    """`; did you mean MIRROR_...?` with the closest setting below the part of `name` that was found, or ""; at
+    the top, the variables the CLI reads (NOT_SETTINGS) are candidates too, with what each is for."""
     lead = ENV_PREFIX + "".join(f"{part}__" for part in prefix)
     tails = {"__".join(path).upper() for path in _setting_paths(model)}
+    if not prefix:
+        tails |= {other.removeprefix(ENV_PREFIX) for other in NOT_SETTINGS}
     found = difflib.get_close_matches(name[len(lead) :].upper(), tails, n=1)  # the shared lead would match anything
+    if found and lead + found[0] in NOT_SETTINGS:
+        return f"; did you mean {lead}{found[0]} ({NOT_SETTINGS[lead + found[0]]})?"
     if found:
         return f"; did you mean {lead}{found[0]}?"
     return " (a setting's variable is MIRROR_ and its key path joined with __, e.g. MIRROR_TRANSFER__READ_TIMEOUT)"
+
+
+def misspelt_cli_variables(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The MIRROR_* variables set that are not settings but are spelt nearly like one the CLI reads (MIRROR_CONIFG
+    for MIRROR_CONFIG), each with the one it is nearest: (set, meant)."""
+    settings = {"__".join(path).upper() for path in _setting_paths(MirrorSettings)}
+    readers = {name.removeprefix(ENV_PREFIX): name for name in NOT_SETTINGS}
+    found = []
+    for name in sorted(environ):
+        tail = name.upper().removeprefix(ENV_PREFIX)
+        if not name.upper().startswith(ENV_PREFIX) or name in NOT_SETTINGS or tail in settings or "__" in tail:
+            continue
+        if _SERVICE_LINK.fullmatch(name):
+            continue
+        nearest = difflib.get_close_matches(tail, settings | set(readers), n=1)
+        if nearest and nearest[0] in readers:
+            found.append((name, readers[nearest[0]]))
+    return found
 
 
 def _json_depth(text: str) -> int:
@@ -200,15 +225,81 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def format_validation_error(exc: ValidationError, environ: Mapping[str, str] | None = None) -> str:
+# Where the config file's text is at hand: what was written at a key path (a scalar as typed), else None
+Written = Callable[[tuple[int | str, ...]], str | None]
+
+
+def format_validation_error(
+    exc: ValidationError, environ: Mapping[str, str] | None = None, written: Written | None = None
+) -> str:
+    """One line per error, naming the key (and the variable that set it), in plain words rather than pydantic's."""
     lines = []
-    for error in exc.errors(include_url=False, include_input=False):
-        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        variable = variable_for(tuple(error["loc"]), environ) if environ is not None else None
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        key = ".".join(str(part) for part in loc)
+        variable = variable_for(loc, environ) if environ is not None else None
         where = f"{key} (set by the environment variable {variable})" if variable else key
-        hint = _nearest_key(tuple(error["loc"])) if error["type"] == "extra_forbidden" else ""
-        lines.append("  " + clip(f"{where}: {error['msg']}{hint}", MAX_LINE))
+        said = _plain_words(error, None if variable or written is None else written(loc))
+        lines.append("  " + clip(f"{where}: {said}" if where else said, MAX_LINE))  # at the top, it names its key
     return "\n".join(lines)
+
+
+def _plain_words(error: ErrorDetails, written: str | None) -> str:
+    """pydantic's message for `error` said as a config's reader would say it, without pydantic's own words (its
+    "Value error, " prefix, model class names, "Extra inputs")."""
+    kind, loc, given = error["type"], tuple(error["loc"]), error.get("input")
+    if kind in ("value_error", "assertion_error"):
+        return str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if kind == "extra_forbidden":
+        return "unknown key" + _nearest_key(loc)
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"expected a mapping{_mapping_example(loc)}, got {_kind_of(given)}"
+    if kind == "list_type":
+        return f"expected a list, got {_kind_of(given)}"
+    if kind == "string_type" and isinstance(given, int | float):
+        return _quote_it(given, written, secret=_is_secret(loc))
+    return str(error["msg"])
+
+
+def _quote_it(given: float, written: str | None, secret: bool) -> str:
+    """`1.32 is read as a number: quote it ("1.32")` for a string field YAML read as a number or true/false: as
+    written in the file where it is at hand (YAML reads 1.30 as 1.3 and 0755 as 493), never a secret's value."""
+    read = "true/false" if isinstance(given, bool) else "a number"
+    if secret:
+        return f"the value is read as {read}: quote it"
+    if written is None and isinstance(given, bool):
+        written = "true" if given else "false"
+    elif written is None:
+        try:
+            written = repr(given)
+        except ValueError:  # an int of more digits than Python turns into text
+            return f"the value is read as {read}: quote it"
+    text = clip(written, SHOWN_VALUE)
+    return f'{text} is read as {read}: quote it ("{text}")'
+
+
+def _kind_of(value: object) -> str:
+    """What a value given where another kind was expected is, in YAML's words (never the value: it may be a secret)."""
+    kinds = {bool: "true/false", str: "a string", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
+    if value is None:
+        return "nothing (an empty value)"
+    return kinds.get(type(value), f"a {type(value).__name__}")
+
+
+def _mapping_example(loc: tuple[int | str, ...]) -> str:
+    """` (registry: ...)`: the keys a mapping expected at `loc` needs (or its first), where a settings model is."""
+    model = _model_at(loc)
+    if model is None or not model.model_fields:
+        return ""
+    needed = [name for name, field in model.model_fields.items() if field.is_required()]
+    return " (" + ", ".join(f"{name}: ..." for name in (needed or list(model.model_fields)[:1])[:3]) + ")"
+
+
+def _is_secret(loc: tuple[int | str, ...]) -> bool:
+    """Whether the field at `loc` holds a secret (a SecretStr): its value stays out of every message."""
+    model = _model_at(loc[:-1]) if loc else None
+    field = model.model_fields.get(str(loc[-1])) if model is not None else None
+    return field is None or SecretStr in union_members(field.annotation)
 
 
 def _nearest_key(loc: tuple[int | str, ...]) -> str:

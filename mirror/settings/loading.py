@@ -13,9 +13,16 @@ import yaml
 from pydantic import ValidationError
 from yaml.composer import ComposerError
 from yaml.error import Mark
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from mirror.settings.environment import blame_variable, format_validation_error, named_variables, variable_problems
+from mirror.settings.environment import (
+    Written,
+    blame_variable,
+    format_validation_error,
+    misspelt_cli_variables,
+    named_variables,
+    variable_problems,
+)
 from mirror.settings.fields import MAX_CONFIG_DEPTH, MAX_CONFIG_NODES, MAX_LINE, ConfigError
 from mirror.settings.inputs import missing_inputs, undecodable
 from mirror.settings.root import MirrorSettings
@@ -24,6 +31,11 @@ from mirror.untrusted import clip
 DEFAULT_CONFIG_PATH = Path("config/mirror.yaml")
 MAX_CONFIG_BYTES = 1024 * 1024  # a config file is a few KiB
 MERGE_TAG = "tag:yaml.org,2002:merge"
+NOTHING_IN_IT = (
+    "holds no settings (it is empty, or only comments): a config holds at least source: (the registry to copy "
+    "from) and targets: (where to), with images: or chart: (what to copy); start from the example in README.md "
+    '("Real use: Docker Hub -> ACR") or from config/mirror.yaml'
+)
 
 
 class _ConfigLoader(yaml.SafeLoader):
@@ -102,20 +114,31 @@ def config_path(environ: Mapping[str, str]) -> Path:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The config file's top-level mapping, read within bounds (size, nesting, aliases expanded)."""
+    return _parse(path, _read_text(path))
+
+
+def _read_text(path: Path, missing: str = "") -> str:
+    """The config file's text, read within bounds (size, UTF-8); `missing` is added to the line saying it is not
+    there."""
     where = f"config file {clip(str(path))}"
     try:
         with path.open("rb") as stream:
             raw = stream.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigError(f"{where} not found") from None
+        raise ConfigError(f"{where} not found{missing}") from None
     except OSError as exc:
         raise ConfigError(f"{where}: cannot be read: {exc.strerror or exc}") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{where}: larger than {MAX_CONFIG_BYTES // 1024} KiB (a config file is a few KiB)")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{where} {undecodable(raw, exc)}") from None
+
+
+def _parse(path: Path, text: str) -> dict[str, Any]:
+    """The top-level mapping of the config file's text, read within bounds (nesting, aliases expanded)."""
+    where = f"config file {clip(str(path))}"
     try:
         data = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader, with bounds
     except yaml.YAMLError as exc:
@@ -130,18 +153,43 @@ def read_config(path: Path) -> dict[str, Any]:
     # _env_prefix, _cli_parse_args...) configure pydantic-settings itself: such keys are not settings
     odd = [key for key in data if not isinstance(key, str) or key.startswith("_")]
     if odd:
-        raise ConfigError(
-            f"{where}:\n" + "\n".join(f"  {clip(repr(k), 80)}: Extra inputs are not permitted" for k in odd)
-        )
+        raise ConfigError(f"{where}:\n" + "\n".join(f"  {clip(repr(k), 80)}: unknown key" for k in odd))
     return data
+
+
+def _written_at(text: str) -> Written:
+    """What the config file's text has at a key path, as typed (`1.30`, not the 1.3 YAML reads), where that is a
+    scalar written there (not through an alias's merge), else None."""
+    root = yaml.compose(text, Loader=_ConfigLoader)  # a SafeLoader's composer, with bounds; read once already
+
+    def at(loc: tuple[int | str, ...]) -> str | None:
+        node = root
+        for part in loc:
+            if isinstance(node, MappingNode):
+                node = next((v for k, v in node.value if isinstance(k, ScalarNode) and k.value == part), None)
+            elif isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+            else:
+                return None
+        return node.value if isinstance(node, ScalarNode) else None
+
+    return at
+
+
+def _missing_default(environ: Mapping[str, str]) -> str:
+    """What to add to `config/mirror.yaml not found` when a variable set is spelt nearly like MIRROR_CONFIG."""
+    strays = misspelt_cli_variables(environ)
+    return "".join(f" ({name} is set: did you mean {meant}?)" for name, meant in strays[:1])
 
 
 def load_settings(path: Path | None = None) -> MirrorSettings:
     """Read the YAML file, apply MIRROR_* overrides, validate, check the files and variables it names.
     Raises ConfigError naming each bad key (or the MIRROR_* variable that set it)."""
     environ = os.environ
+    missing = _missing_default(environ) if path is None and "MIRROR_CONFIG" not in environ else ""
     path = path or config_path(environ)
-    data = read_config(path)
+    text = _read_text(path, missing)
+    data = _parse(path, text)
     where = f"config file {clip(str(path))}"
     variables = variable_problems(environ, named_variables(data, environ))
     if variables:
@@ -149,7 +197,11 @@ def load_settings(path: Path | None = None) -> MirrorSettings:
     try:
         settings = MirrorSettings(**data)
     except ValidationError as exc:
-        raise ConfigError(f"{where}:\n" + format_validation_error(exc, environ)) from None
+        said = format_validation_error(exc, environ, _written_at(text))
+        if not data:  # only pydantic's `targets: Field required` would say so otherwise
+            only_missing = all(error["type"] == "missing" for error in exc.errors(include_url=False))
+            raise ConfigError(f"{where} {NOTHING_IN_IT}" + ("" if only_missing else ":\n" + said)) from None
+        raise ConfigError(f"{where}:\n{said}") from None
     except ValueError as exc:  # raised by a settings source: a MIRROR_* variable that is not valid JSON
         raise ConfigError(blame_variable(str(exc), environ) or clip(f"{where}: {exc}", MAX_LINE)) from None
     except RecursionError:  # the bounds on the file and the variables should make this unreachable
