@@ -64,8 +64,9 @@ class RunCache:
         return state
 
     def origin_for(self, job: ImageJob) -> BlobOrigin:
-        """The source repository; through the spool when several targets want the same blobs."""
-        source = RegistryOrigin(self.clients[job.source.registry], job.source.name)
+        """The source repository, read through its blob reader (a client of its own where the host is also a
+        target); through the spool when several targets want the same blobs."""
+        source = RegistryOrigin(self.clients.reader(job.source.registry), job.source.name)
         return self.spool.origin(source) if len(job.targets) > 1 else source
 
     def source_tree(self, job: ImageJob, digest: str) -> asyncio.Future[ManifestTree]:

@@ -82,6 +82,7 @@ class _Entry:
     written: int = 0
     error: BaseException | None = None
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    answered: asyncio.Event = field(default_factory=asyncio.Event)  # the source's answer is open, or it failed
     task: asyncio.Task[None] | None = None
 
     @property
@@ -102,6 +103,7 @@ class _Entry:
         """Download once, checked as it passes (the last chunk is held back until the digest matches)."""
         try:
             async with source.open(blob) as body, aiofiles.open(self.path, "wb") as spool:
+                self.answered.set()
                 async for chunk in verified_stream(body.chunks, blob):
                     try:
                         await spool.write(chunk)
@@ -214,6 +216,7 @@ class Spool:
             return None
         entry = self._entries[blob.digest] = _Entry(path, blob.digest, blob.size)
         entry.task = asyncio.ensure_future(entry.fill(source, blob))
+        entry.task.add_done_callback(lambda _: entry.answered.set())  # failed, or cancelled before it began
         return entry
 
     @asynccontextmanager
@@ -223,6 +226,10 @@ class Spool:
             async with source.open(blob, start) as body:
                 yield body
             return
+        # The upload starts only once the download holds its source connection: an upload holding a target's
+        # connection while the download waited for one at the source, whose connections were held by reads
+        # streamed per target waiting for that target, would never move.
+        await entry.answered.wait()
         yield BlobBody(entry.read(start, self.chunk_size), start)
 
     async def aclose(self) -> None:
