@@ -465,24 +465,27 @@ def test_a_target_that_is_down_is_one_retry_line_not_one_per_request(
     from types import SimpleNamespace
 
     from mirror.demo.ports import free_port
-    from mirror.registry.retry import RETRY_LINES
+    from mirror.registry import retry as retry_module
+    from mirror.registry.retry import RetryLines
 
     caplog.set_level(logging.INFO, logger="mirror")
     seed_release(source)
     down = f"127.0.0.1:{free_port()}"  # nothing listens there
     retry = {"attempts": 3, "base_delay": 0.01, "max_delay": 0.01, "max_elapsed": 30}
     config = write_config(tmp_path / "mirror.yaml", source, [SimpleNamespace(host=down)], retry=retry)
+    lines_told = RetryLines()  # this test's own: no earlier test's lines in this process hold any back
+    monkeypatch.setattr(retry_module, "RETRY_LINES", lines_told)
     retries: list[str] = []
-    held_back = RETRY_LINES.held_back
+    held_back = lines_told.held_back
 
     def counted(host: str, reason: str) -> int | None:
         retries.append(host)
         return held_back(host, reason)
 
-    monkeypatch.setattr(RETRY_LINES, "held_back", counted)
+    monkeypatch.setattr(lines_told, "held_back", counted)
     started = time.monotonic()
     assert main(["sync", VERSION, "--config", str(config)]) == 1
     took = time.monotonic() - started
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"retrying HEAD http://{down}/")]
-    assert 1 <= len(lines) <= 1 + took // RETRY_LINES.window, lines
-    assert len(retries) > 1 + took // RETRY_LINES.window  # a line each would have been more
+    assert 1 <= len(lines) <= 1 + took // lines_told.window, lines
+    assert len(retries) > 1 + took // lines_told.window  # a line each would have been more

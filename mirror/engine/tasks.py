@@ -7,6 +7,8 @@ import functools
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from mirror.errors import Kind, MirrorError
+
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
@@ -20,13 +22,14 @@ def started(work: Awaitable[T]) -> asyncio.Task[T]:
 
 def memoised(table: dict[K, asyncio.Future[T]], key: K, start: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
     """The answer for `key`: started by the first caller, shared by every caller while it is under way. An
-    answer is kept once it succeeded; a failure only for those who waited for it: a later caller (a later
-    release of the run, say) starts the work again, as the registry may answer by then. A cancelled answer is
-    kept (what a shutdown cancelled is not started again). Once the work is done, its entry is a bare future
-    holding the outcome: a run keeps thousands of answers, and a finished task with its coroutine costs four
-    times the memory."""
+    answer is kept once it succeeded, or failed for good; a passing failure (`Kind.UNAVAILABLE`: the network, a
+    registry's 5xx or 429) only for those who waited for it: a later caller (a later release of the run, say)
+    starts the work again, as the registry may answer by then. A refusal, bytes that came wrong or a cancelled
+    answer are kept (what a shutdown cancelled is not started again). Once the work is done, its entry is a bare
+    future holding the outcome: a run keeps thousands of answers, and a finished task with its coroutine costs
+    four times the memory."""
     answer = table.get(key)
-    if answer is None or (answer.done() and not answer.cancelled() and answer.exception() is not None):
+    if answer is None or _passing_failure(answer):
         answer = table[key] = started(start())
         answer.add_done_callback(functools.partial(_settle, table, key))
     return answer
@@ -39,6 +42,13 @@ async def asked_again_if_failed(table: dict[K, asyncio.Future[T]], key: K, ask: 
     if answer is not None and answer.done() and answer.cancelled():
         del table[key]
     return await asyncio.shield(memoised(table, key, ask))
+
+
+def _passing_failure(answer: asyncio.Future[Any]) -> bool:
+    if not answer.done() or answer.cancelled():
+        return False
+    error = answer.exception()
+    return isinstance(error, MirrorError) and error.kind is Kind.UNAVAILABLE
 
 
 def cancel_all(*tables: Mapping[Any, asyncio.Future[Any]]) -> None:

@@ -153,7 +153,7 @@ class RetryTransport(httpx.AsyncBaseTransport):
                     return response
                 await response.aclose()
                 reason = f"HTTP {response.status_code}"
-            held = RETRY_LINES.held_back(request.url.host, reason)
+            held = RETRY_LINES.held_back(request.url.netloc.decode("ascii", "replace"), reason)
             if held is not None:
                 log.info(
                     "retrying %s in %.1f s (%s, try %d of %d)%s",
@@ -231,6 +231,8 @@ def _asked_wait(exc: Exception) -> float | None:
 def _say_not_waited(exc: Exception, policy: RetryPolicy) -> None:
     """The failure's own line says why it was not tried again: the wait asked for is past the time budget."""
     reason = f"not tried again: past the retry policy's time budget (max_elapsed {policy.max_elapsed:g} s)"
+    if reason in str(exc) or reason in (getattr(exc, "__notes__", None) or ()):
+        return  # one error several readers share (a spooled blob's source failure): said once
     if isinstance(exc, MirrorError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         exc.args = (f"{exc.args[0]}; {reason}",)  # the same error, kind and type kept: callers tell it by them
     else:

@@ -139,6 +139,8 @@ Index("jobs_one_active_per_release", jobs.c.release_key, unique=True, sqlite_whe
 Index("jobs_one_waiting_per_release", jobs.c.release_key, unique=True, sqlite_where=_waiting, postgresql_where=_waiting)
 Index("jobs_newest_first", jobs.c.created_at, jobs.c.id)  # the job list's order and its cursor
 Index("jobs_finished_by_state", jobs.c.state, jobs.c.finished_at)  # the newest success, one index look-up
+# a release's newer success, which the prune asks of each candidate: without it, each look scanned every success
+Index("jobs_by_release_state_finished", jobs.c.release_key, jobs.c.state, jobs.c.finished_at)
 # Indexes of an unreleased version, dropped on open: a queued follow-up broke older replicas during a rollout
 # (their claim took it while its release ran; their index could not be made again)
 RETIRED_INDEXES = ("jobs_one_queued_per_release", "jobs_one_running_per_release")
