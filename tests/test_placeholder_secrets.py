@@ -18,8 +18,8 @@ import yaml
 
 from mirror.cli import main
 from mirror.demo.ports import free_port
+from mirror.placeholders import is_placeholder
 from mirror.settings import ConfigError, load_settings
-from mirror.settings.inputs import is_placeholder
 
 ROOT = Path(__file__).parents[1]
 # README.md's examples of where a secret goes, each checked to be there still
@@ -67,7 +67,7 @@ def refused(path: Path, value: str, *named: str) -> None:
         load_settings(path)
     said = str(caught.value)
     assert all(name in said for name in named), said
-    assert "real random value" in said or "real username" in said or "real name" in said, said
+    assert "put the real value there" in said or "real username" in said or "real name" in said, said
     assert value not in said, said
 
 
@@ -110,7 +110,7 @@ def test_a_placeholder_is_exit_2_and_one_line(tmp_path: Path, capsys: pytest.Cap
     assert main(["sync", "v2.10.0", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if "service.api_token_file" in line]
-    assert "placeholder" in line and "real random value" in line and "bearer token" not in err, err
+    assert "placeholder" in line and "put the real value there" in line and "bearer token" not in err, err
 
 
 def test_a_real_random_secret_still_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,3 +196,25 @@ def test_a_placeholder_put_in_the_webhook_secret_file_after_start_is_refused(tmp
     warned = [line for line in log.splitlines() if "webhook.secret_file" in line and "placeholder" in line]
     assert len(warned) == 1 and "WARNING" in warned[0].upper(), log[-3000:]
     assert "a long random string" not in log, log[-3000:]
+
+
+def test_a_password_in_angle_brackets_without_a_space_is_a_real_one() -> None:
+    """A password manager may make `<Sup3rS3cret!pass-real>`: a placeholder reads like a phrase, or is one the
+    repository shows."""
+    assert not is_placeholder("<Sup3rS3cret!pass-real>") and not is_placeholder("<token>")
+    assert is_placeholder("<your ACR registry password>") and is_placeholder(" <account> ")
+
+
+async def test_a_login_written_over_by_a_placeholder_after_load_is_refused_naming_it(tmp_path: Path) -> None:
+    """The service reads a registry's password file and docker config again for each job: a placeholder that
+    `kubectl apply -k` wrote over the Secret since is refused as one, not sent as a login."""
+    from mirror.registry.credentials import CredentialError, resolve_credentials
+
+    origin = "registries.r.example: username and password_file /run/p"
+    with pytest.raises(CredentialError, match="password_file /run/p is a placeholder, not a login"):
+        await resolve_credentials("r.example", "me", lambda: "<your ACR registry password>", None, origin)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"auths": {"r.example": {"username": "<optional Docker Hub user>", "password": "x"}}}))
+    with pytest.raises(CredentialError, match="the login is a placeholder, not a login"):
+        await resolve_credentials("r.example", None, None, config)
+    assert await resolve_credentials("r.example", "me", lambda: "<Sup3rS3cret!pass-real>", None) is not None

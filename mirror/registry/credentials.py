@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mirror.errors import Kind, MirrorError
+from mirror.placeholders import LOGIN_PLACEHOLDER, is_placeholder
 from mirror.reference import DOCKER_HUB_API_HOST, api_host
 from mirror.untrusted import load_json
 
@@ -116,6 +117,8 @@ async def resolve_credentials(
     given are set (the setting, the variable or file), for a refusal to say which to mend."""
     password = password_source() if password_source else None
     if username and password is not None:
+        if is_placeholder(username) or is_placeholder(password):  # a Secret written over since the config loaded
+            raise CredentialError(f"{origin} {LOGIN_PLACEHOLDER}")
         return Credentials(username, password, origin=origin)
     path = docker_config_path(docker_config)
     if path is None:
@@ -152,6 +155,8 @@ def _from_auths_entry(entry: dict[str, Any], origin: str) -> Credentials | None:
         if not sep:
             raise CredentialError(f"docker config {origin}: `auth` is not base64 of user:password")
     identity = str(entry.get("identitytoken") or "") or None
+    if any(is_placeholder(value) for value in (username, password, identity or "")):
+        raise CredentialError(f"docker config {origin}: the login {LOGIN_PLACEHOLDER}")
     if identity:
         return Credentials(username or "<token>", password, identity_token=identity, origin=origin)
     if username:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, SecretStr, field_validator, model_validator
 
 from mirror import acr
+from mirror.placeholders import PLACEHOLDER, is_placeholder
 from mirror.settings.fields import one_source
 from mirror.untrusted import clip
 
@@ -25,35 +26,8 @@ if TYPE_CHECKING:
 MIN_SECRET_BYTES = 16  # an HMAC key or bearer token shorter than this is guessable, an empty one signs anything
 MAX_SECRET_FILE_BYTES = 64 * 1024  # a password, key or token file
 MAX_DOCUMENT_FILE_BYTES = 4 * 1024 * 1024  # docker_config, signatures.trusted_root
-# What the repository itself shows where a secret goes (deploy/'s Secrets, README.md's examples): left in place,
-# or pasted unexpanded, it is known to everyone who can read the repository. Any value wrapped in <...> is one too.
-SHIPPED_PLACEHOLDERS = frozenset(
-    {
-        "<a long random string shared with CI>",  # deploy/base/secret.yaml
-        "<a long random string: the bearer token for GET /jobs>",
-        "<your Alibaba Cloud account name>",
-        "<your ACR registry password>",
-        "<optional Docker Hub user>",
-        "<optional Docker Hub token>",
-        "<postgresql+psycopg://user:password@host:5432/database>",  # deploy/overlays/postgres/database-secret.yaml
-        "<a long random string>",  # README.md's examples
-        "<account>",
-        "<password>",
-        "...",
-        "$(openssl rand -hex 32)",  # the command that makes one, quoted so that the shell did not run it
-        "${{ secrets.MIRROR_WEBHOOK_SECRET }}",  # the CI example's expression, which only GitHub Actions expands
-    }
-)
-PLACEHOLDER = "is a placeholder, not a secret: put a real random value there (openssl rand -hex 32)"
 log = logging.getLogger("mirror.service")
 _refused: set[str] = set()  # the secrets refused at a re-read since their last good value: warned about once
-
-
-def is_placeholder(value: str) -> bool:
-    """Whether a secret is one of the repository's placeholders (SHIPPED_PLACEHOLDERS) or looks like one: the
-    whole value wrapped in <...>."""
-    text = secret_text(value)
-    return (text.startswith("<") and text.endswith(">")) or text in SHIPPED_PLACEHOLDERS
 
 
 def usable_secret(label: str, value: bytes | None) -> bytes | None:

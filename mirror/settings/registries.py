@@ -12,6 +12,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 
 from mirror import acr
+from mirror.placeholders import LOGIN_PLACEHOLDER, is_placeholder
 from mirror.settings.fields import (
     EnvName,
     Host,
@@ -25,7 +26,7 @@ from mirror.settings.fields import (
     one_source,
     shown,
 )
-from mirror.settings.inputs import PLACEHOLDER, is_placeholder, secret_text
+from mirror.settings.inputs import secret_text
 
 # Each pattern is used whole (fullmatch): `$` would also match before a final newline
 _PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*")  # the OCI distribution spec's
@@ -84,7 +85,7 @@ class RegistrySettings(Section):
         if value is not None:
             not_blank(value.get_secret_value())
             if is_placeholder(value.get_secret_value()):
-                raise ValueError(PLACEHOLDER)
+                raise ValueError(LOGIN_PLACEHOLDER)
         return value
 
     @field_validator("username")
