@@ -289,12 +289,18 @@ async def catch_up(app: Starlette) -> None:
     its time: a restart, a rollout): queued now under its own delivery id, so the replicas starting together
     make one job, rather than waiting for the next tick, hours away."""
     delivery = missed_tick(app.state.settings.schedule, datetime.datetime.now(datetime.UTC))
-    try:
-        if delivery is None or await app.state.store.answered(delivery):
-            log.info("no scheduled discovery was missed while no replica ran")
-            return
-    except Exception as exc:  # the store away at start: the next tick comes as usual
-        log.warning("could not look for a missed scheduled discovery: %s", clip(database.driver_reason(exc)))
+    store = app.state.store
+    for wait in (*STORE_RETRY_WAITS, None):
+        try:
+            missed = delivery is not None and await store.ran_on_schedule() and not await store.answered(delivery)
+            break
+        except Exception as exc:  # the store away at start: waited for as a tick waits, then the next tick
+            if wait is None or not database.unavailable(exc):
+                log.warning("could not look for a missed scheduled discovery: %s", clip(database.driver_reason(exc)))
+                return
+            await asyncio.sleep(wait)
+    if not missed:
+        log.info("no scheduled discovery was missed while no replica ran")
         return
     log.info("scheduled discovery %s was missed while no replica ran: queuing it now", delivery)
     await queue_discovery(app, delivery)

@@ -248,6 +248,12 @@ class JobStore:
             return _row(row), created
         raise RuntimeError(f"could not queue a job for {ask.key} after {ENQUEUE_ATTEMPTS} attempts")
 
+    async def ran_on_schedule(self) -> bool:
+        """Whether any scheduled job is kept: a store that has none (a first install, a new database) has missed
+        no tick."""
+        query = select(jobs.c.id).where(jobs.c.kind == "schedule").limit(1)
+        return await self._run(lambda db: db.execute(query).first() is not None)
+
     async def answered(self, delivery: str) -> bool:
         """Whether a job answers `delivery` (queued, running or finished, failed included)."""
         noted = select(deliveries.c.job_id).where(deliveries.c.delivery == delivery)
