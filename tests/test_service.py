@@ -415,7 +415,7 @@ def test_a_job_store_out_of_reach_is_a_503_and_a_scheduled_tick_waits_for_it(
         with store_out_of_reach(database_url):
             answer = running.signed({"version": VERSION})
             assert answer.status_code == 503 and answer.headers["retry-after"] == "30", answer.text
-            assert "job store cannot be reached" in answer.json()["error"]
+            assert "job store cannot take the request now (out of reach, or its disk full)" in answer.json()["error"]
             assert httpx.get(f"{running.url}/jobs", headers=AUTH, timeout=10).status_code == 503
             wait_for(lambda: "scheduled discovery not queued yet" in running.log.read_text())
             back = datetime.datetime.now(datetime.UTC).strftime("schedule:%Y-%m-%dT%H:%M:%SZ")

@@ -85,7 +85,10 @@ def header_deadline_protocol(seconds: float) -> type[H11Protocol]:
     return HeaderDeadline
 
 
-STORE_AWAY = {"error": "the job store cannot be reached now: nothing was done; send the request again later"}
+STORE_AWAY = {
+    "error": "the job store cannot take the request now (out of reach, or its disk full): nothing was done; "
+    "send the request again later"
+}
 STORE_AWAY_RETRY_AFTER = 30  # seconds
 
 
@@ -139,7 +142,11 @@ class Doors:
             pass  # the peer left before its body was read: nobody to answer
         except Exception as exc:
             if database.unavailable(exc):
-                log.warning("%s: the job store cannot be reached: %s", request_line(scope), database.driver_reason(exc))
+                log.warning(
+                    "%s: the job store cannot take it (out of reach, or its disk full): %s",
+                    request_line(scope),
+                    database.driver_reason(exc),
+                )
                 answer = JSONResponse(STORE_AWAY, status_code=503, headers={"Retry-After": str(STORE_AWAY_RETRY_AFTER)})
             else:
                 log.error("%s: internal error: %s", request_line(scope), one_line(exc))
