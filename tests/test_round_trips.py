@@ -14,7 +14,7 @@ import pytest
 
 from mirror.cli import main
 from mirror.demo.localregistry import AccessEntry, LocalRegistry, start_registry
-from mirror.demo.sample import MiB, push_multiarch
+from mirror.demo.sample import MiB, SampleImage, push_multiarch
 from mirror.engine.statecache import MAX_TAGS_KEPT, NOTES_TTL, LastDigests, ManifestCache, RegistryNotes
 from mirror.oci import Manifest
 from tests.faultproxy import Fault, fault_proxy
@@ -33,6 +33,14 @@ def asked_twice(entries: list[AccessEntry], tags_pushed: bool = False) -> dict[s
     )
     allowed = {f"HEAD {tag}": 2 for tag in TAGS} if tags_pushed else {}
     return {request: n for request, n in reads.items() if n > allowed.get(request, 1)}
+
+
+def seed_two_releases(source: LocalRegistry) -> tuple[SampleImage, SampleImage]:
+    """The release's images, and hami's index tagged v2.9.0 too: two releases of one run that share certgen."""
+    images = seed_release(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))
+    return images
 
 
 @pytest.fixture
@@ -218,9 +226,7 @@ def test_releases_of_one_run_sharing_an_image_ask_for_it_once(
     """Two releases in one run (`mirror sync v2.9.0 v2.10.0`, discovery's `newest: 2`) use one certgen tag: the
     source and the target are asked for it once in the run, cold or no-op (the target twice cold: before its push
     and after), and the later release reports it up to date, not copied again."""
-    seed_release(source)
-    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
-    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))  # one image, two tags
+    seed_two_releases(source)
     config = write_config(tmp_path / "mirror.yaml", source, [target])
     certgen = "/manifests/v1.1.1"
 
@@ -252,9 +258,7 @@ def test_a_later_release_tries_again_an_image_whose_copy_failed_in_an_earlier_on
 ) -> None:
     """A copy that failed for a passing reason (the target answered 500 for the retries' whole budget) is not
     the later release's answer: it copies the image again, where it took the failure as its own."""
-    seed_release(source)
-    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
-    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))
+    seed_two_releases(source)
     with fault_proxy(target.port) as proxy:
         refused = Fault("status", method="PUT", path=r"/kube-webhook-certgen/manifests/v1\.1\.1", status=500, count=2)
         proxy.add(refused)
@@ -275,9 +279,7 @@ def test_releases_of_one_run_sharing_a_missing_tag_ask_the_source_about_it_once(
 ) -> None:
     """A tag the source does not have fails each release that names it, from one HEAD and one look at the
     repository's tag list in the run (the look that tells a misspelt repository from a missing tag)."""
-    seed_release(source)
-    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
-    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))
+    seed_two_releases(source)
     images = [
         {"name": "hami", "source": "projecthami/hami", "tag": "{version}", "values_keys": ["devicePlugin.image"]},
         {"name": "certgen", "source": "liangjw/kube-webhook-certgen", "tag": "v1.1.9", "values_keys": ["x.image"]},
@@ -302,9 +304,7 @@ def test_a_later_release_fetches_again_a_blob_whose_transfer_failed_in_an_earlie
 ) -> None:
     """The run's memo of blob transfers kept the failure: the later release failed the image at once, without a
     request, where the source had answered again by then."""
-    hami, certgen = seed_release(source)
-    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
-    with_client(source, lambda c: c.put_manifest("projecthami/hami", "v2.9.0", index))
+    hami, certgen = seed_two_releases(source)
     own = [digest for digest in certgen.blobs if digest not in hami.blobs]
     with fault_proxy(source.port) as proxy:
         # as many refusals as the first release's attempts (two per step, the step twice)
