@@ -292,7 +292,7 @@ async def catch_up(app: Starlette) -> None:
     store = app.state.store
     for wait in (*STORE_RETRY_WAITS, None):
         try:
-            missed = delivery is not None and await store.ran_on_schedule() and not await store.answered(delivery)
+            missed = delivery is not None and await store.tick_missed(delivery)
             break
         except Exception as exc:  # the store away at start: waited for as a tick waits, then the next tick
             if wait is None or not database.unavailable(exc):

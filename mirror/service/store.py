@@ -248,17 +248,10 @@ class JobStore:
             return _row(row), created
         raise RuntimeError(f"could not queue a job for {ask.key} after {ENQUEUE_ATTEMPTS} attempts")
 
-    async def ran_on_schedule(self) -> bool:
-        """Whether any scheduled job is kept: a store that has none (a first install, a new database) has missed
-        no tick."""
-        query = select(jobs.c.id).where(jobs.c.kind == "schedule").limit(1)
-        return await self._run(lambda db: db.execute(query).first() is not None)
-
-    async def answered(self, delivery: str) -> bool:
-        """Whether a job answers `delivery` (queued, running or finished, failed included)."""
-        noted = select(deliveries.c.job_id).where(deliveries.c.delivery == delivery)
-        query = noted.union_all(select(jobs.c.id).where(jobs.c.delivery == delivery)).limit(1)
-        return await self._run(lambda db: db.execute(query).first() is not None)
+    async def tick_missed(self, delivery: str) -> bool:
+        """Whether a scheduled tick was missed: no job answers `delivery` (in any state), though the schedule ran
+        before (a store without a scheduled job, a first install or a new database, has missed none)."""
+        return await self._run(lambda db: _tick_missed(db, delivery))
 
     async def last_success(self) -> float | None:
         """When the newest succeeded job finished (None: none has): one index look-up, whatever the table's size.
@@ -487,6 +480,14 @@ def _promote_orphans(db: Connection) -> None:
     """Every waiting job whose release has no job queued or running, queued: an older replica, which knows no
     follow-ups, ended the job it waited for."""
     db.execute(update(jobs).where(_waiting, _release_free()).values(state=QUEUED))
+
+
+def _tick_missed(db: Connection, delivery: str) -> bool:
+    if db.execute(select(jobs.c.id).where(jobs.c.kind == "schedule").limit(1)).first() is None:
+        return False
+    noted = select(deliveries.c.job_id).where(deliveries.c.delivery == delivery)
+    answering = noted.union_all(select(jobs.c.id).where(jobs.c.delivery == delivery)).limit(1)
+    return db.execute(answering).first() is None
 
 
 def _check_write(db: Connection, now: float) -> None:
