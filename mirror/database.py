@@ -29,7 +29,9 @@ SESSION_KEEPALIVES = {
 }
 # sqlite3 errors worth a retry: a full disk ("database or disk is full") frees up once space is made
 SQLITE_FOR_NOW = ("locked", "busy", "unable to open", "disk i/o", "disk is full")
-POSTGRES_FOR_NOW = ("53100",)  # SQLSTATEs worth a retry whatever the driver's error class: disk_full
+# SQLSTATEs worth a retry whatever the driver's error class: disk_full, and read_only_sql_transaction (a server
+# that a failover made a standby, until the pool's sessions reach the new primary)
+POSTGRES_FOR_NOW = ("53100", "25006")
 SQLITE_BUSY_SECONDS = 30  # how long SQLite waits for another writer's lock
 POOL_SIZE, POOL_OVERFLOW = 4, 4
 

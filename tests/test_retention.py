@@ -307,6 +307,11 @@ async def test_writable_is_false_on_a_read_only_postgresql(database_url: str) ->
             store.engine.dispose()  # new sessions read the database's setting
             assert await store.writable() is expected
             assert (await store.get(job["id"]) or {})["id"] == job["id"]
+            if not expected:  # a write there (25006): the store away for now, a webhook's 503, not a 500
+                with pytest.raises(DBAPIError) as raised:
+                    await store.enqueue("ci", ["v2.11.0"], None)
+                assert getattr(raised.value.orig, "sqlstate", None) == "25006"
+                assert database.unavailable(raised.value)
     finally:
         store.close()
         admin.dispose()
