@@ -129,8 +129,8 @@ class Clients:
 
     async def head_tag(self, host: str, repository: str, identifier: str) -> Descriptor | None:
         """A manifest `HEAD` at the source, asked once per run: where the chart's tag check asked it, the copy
-        takes its answer (a registry is never asked the same thing twice in a run). A failed one is asked again
-        by the next caller."""
+        takes its answer (a registry is never asked the same thing twice in a run). One that failed for a passing
+        reason (`tasks.memoised`), or was cancelled, is asked again by the next caller."""
         key = (api_host(host), repository, identifier)
         return await asked_again_if_failed(self._tags, key, lambda: self[host].head_manifest(repository, identifier))
 

@@ -223,7 +223,7 @@ class TargetStages:
         client = self.cache.clients[ref.repository.registry]
         expected_children = [d.digest for d in _children(stats)] if stats.root.is_index else None
         check = await self._verify(
-            client, ref.repository.name, job.tag, copied.digest, expected_children, tag_only=True, full=repair
+            client, ref.repository.name, job.tag, copied.digest, expected_children, after_copy=True, tag_only=not repair
         )
         if not check.ok:
             return Failed("verification failed: " + "; ".join(check.problems[:3]), copied.plan, copied)
@@ -290,17 +290,16 @@ class TargetStages:
         digest: str,
         children: list[str] | None = None,
         resolved: Descriptor | None = None,
+        after_copy: bool = False,
         tag_only: bool = False,
-        full: bool = False,
     ) -> Verification:
-        """`tag_only`: after a copy, whose earlier answers at the target predate its pushes; `full` with it, the
-        whole tree asked again all the same."""
+        """`after_copy`: the run's earlier answers at the target predate its pushes, and are not used; `tag_only`:
+        only the tag is asked (each push was confirmed as it went)."""
         concurrency = self.settings.transfer.manifest_concurrency
-        probes = None if tag_only else self.cache.blobs[client.host].probes
+        probes = None if after_copy else self.cache.blobs[client.host].probes
         known = Known(self.cache.manifests, probes)
-        only_tag = tag_only and not full
         return await verify_copy(
-            client, repository, tag, digest, self.options.deep, concurrency, children, resolved, only_tag, known
+            client, repository, tag, digest, self.options.deep, concurrency, children, resolved, tag_only, known
         )
 
 
