@@ -23,9 +23,10 @@ from mirror.errors import MirrorError
 from mirror.registry import RegistryClient
 from mirror.registry.auth import RegistryAuth
 from mirror.registry.credentials import CredentialError, Credentials, load_docker_config, resolve_credentials
+from mirror.registry.errors import retry_after_seconds
 from mirror.registry.options import ClientOptions
 from mirror.registry.ratelimit import read_rate_limit
-from mirror.registry.retry import RetryPolicy, retry_after_seconds
+from mirror.registry.retry import RetryPolicy
 from mirror.registry.tokens import TokenKey, token_request
 
 

@@ -15,8 +15,7 @@ from typing import TypeVar
 import httpx
 
 from mirror.errors import MirrorError
-from mirror.registry.errors import retry_after_seconds as retry_after_seconds  # read here, and by RegistryError
-from mirror.registry.errors import without_query
+from mirror.registry.errors import retry_after_seconds, without_query
 from mirror.untrusted import is_number
 
 log = logging.getLogger("mirror")

@@ -47,10 +47,14 @@ log = logging.getLogger("mirror.service")
 
 
 def internal_error(exc: BaseException) -> str:
-    """A bug's one line, as stored on its job: a statement the database refused is told by the driver's first
-    line (SQLAlchemy's text carries the statement and its parameters)."""
-    detail = database.driver_reason(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
-    return clip(f"internal error: {type(exc).__name__}: {detail}", MAX_ERROR_CHARS)
+    """A bug's one line, as stored on its job."""
+    return clip(f"internal error: {type(exc).__name__}: {_reason(exc)}", MAX_ERROR_CHARS)
+
+
+def _reason(exc: BaseException) -> str:
+    """An error's words: a statement the database refused is told by the driver's first line (SQLAlchemy's text
+    carries the statement and its parameters)."""
+    return database.driver_reason(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
 
 
 def job_record(results: list[ReleaseResult]) -> list[dict[str, Any]]:
@@ -157,8 +161,7 @@ class JobRunner:
         try:
             deleted = await self.store.prune(self.settings.service.keep_jobs_days, self.settings.service.keep_jobs)
         except Exception as exc:
-            reason = database.driver_reason(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
-            log.warning("could not delete old jobs: %s: %s", type(exc).__name__, clip(reason))
+            log.warning("could not delete old jobs: %s: %s", type(exc).__name__, clip(_reason(exc)))
             return
         if deleted:
             log.info("deleted %d old finished jobs (service.keep_jobs_days, service.keep_jobs)", deleted)
