@@ -18,7 +18,7 @@ import socket
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import make_url
 from starlette.applications import Starlette
@@ -50,6 +50,7 @@ from mirror.settings import ConfigError, MirrorSettings, load_settings
 from mirror.untrusted import clip, is_number
 
 log = logging.getLogger("mirror.service")
+T = TypeVar("T")
 # A webhook for a release whose job succeeded less than this long ago is answered with that job, not queued
 # again: GitHub signs no timestamp, so a captured delivery can be replayed under a new delivery id.
 REPLAY_WINDOW_SECONDS = 600.0
@@ -289,16 +290,14 @@ async def catch_up(app: Starlette) -> None:
     its time: a restart, a rollout): queued now under its own delivery id, so the replicas starting together
     make one job, rather than waiting for the next tick, hours away."""
     delivery = missed_tick(app.state.settings.schedule, datetime.datetime.now(datetime.UTC))
-    store = app.state.store
-    for wait in (*STORE_RETRY_WAITS, None):
-        try:
-            missed = delivery is not None and await store.tick_missed(delivery)
-            break
-        except Exception as exc:  # the store away at start: waited for as a tick waits, then the next tick
-            if wait is None or not database.unavailable(exc):
-                log.warning("could not look for a missed scheduled discovery: %s", clip(database.driver_reason(exc)))
-                return
-            await asyncio.sleep(wait)
+    if delivery is None:
+        missed = False
+    else:
+        try:  # the store away at start: waited for as a tick waits, then the next tick
+            missed = await _patiently(lambda: app.state.store.tick_missed(delivery))
+        except Exception as exc:
+            log.warning("could not look for a missed scheduled discovery: %s", clip(database.driver_reason(exc)))
+            return
     if not missed:
         log.info("no scheduled discovery was missed while no replica ran")
         return
@@ -310,25 +309,38 @@ async def queue_discovery(app: Starlette, delivery: str | None) -> None:
     """The schedule's discovery job (never bounded by service.max_queued_jobs: at most one is queued); `delivery`
     names the tick, which every replica queues. A job store out of reach is waited for a few minutes: the tick
     would otherwise be lost until the next one, hours later."""
-    for wait in (*STORE_RETRY_WAITS, None):
+
+    def waiting(reason: str, wait: float) -> None:
+        log.warning(
+            "scheduled discovery not queued yet: the job store cannot be reached (%s); again in %g s", reason, wait
+        )
+
+    try:
+        job, created = await _patiently(lambda: app.state.store.enqueue("schedule", None, delivery), waiting)
+    except Exception as exc:
+        if not database.unavailable(exc):
+            raise
+        reason = database.driver_reason(exc)
+        log.error("scheduled discovery %s not queued: the job store stayed out of reach (%s)", delivery, reason)
+        return
+    if created:
+        app.state.runner.wake.set()
+        log.info("scheduled discovery queued as job %s", job["id"])
+
+
+async def _patiently(ask: Callable[[], Awaitable[T]], waiting: Callable[[str, float], None] | None = None) -> T:
+    """`ask` of the job store, a store out of reach waited for (STORE_RETRY_WAITS, `waiting` told each wait with
+    the driver's reason) and asked again; the last failure, or one that is not the store being away, raised."""
+    for wait in STORE_RETRY_WAITS:
         try:
-            job, created = await app.state.store.enqueue("schedule", None, delivery)
+            return await ask()
         except Exception as exc:
             if not database.unavailable(exc):
                 raise
-            reason = database.driver_reason(exc)
-            if wait is None:
-                log.error("scheduled discovery %s not queued: the job store stayed out of reach (%s)", delivery, reason)
-                return
-            log.warning(
-                "scheduled discovery not queued yet: the job store cannot be reached (%s); again in %g s", reason, wait
-            )
+            if waiting is not None:
+                waiting(database.driver_reason(exc), wait)
             await asyncio.sleep(wait)
-            continue
-        if created:
-            app.state.runner.wake.set()
-            log.info("scheduled discovery queued as job %s", job["id"])
-        return
+    return await ask()
 
 
 def create_app(settings: MirrorSettings) -> Starlette:
