@@ -8,6 +8,8 @@ milliseconds, instead of when something walks, copies or serialises what it stan
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,6 +60,15 @@ _ESCAPES = (
     | {code: f"\\u{code:04x}" for code in _BIDI}
     | {10: "\\n", 13: "\\r", 9: "\\t"}
 )
+
+
+def docker_auth(auth: str) -> tuple[str, str, str] | None:
+    """A docker config's `auth` (base64 of user:password) decoded and partitioned at its first colon: (username,
+    ":", password), the colon "" where there is none; None where it is not base64 of UTF-8 text."""
+    try:
+        return base64.b64decode(auth, validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
 
 
 def is_number(text: str) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import Any
 from mirror.errors import Kind, MirrorError
 from mirror.placeholders import LOGIN_PLACEHOLDER, is_placeholder
 from mirror.reference import DOCKER_HUB_API_HOST, api_host
-from mirror.untrusted import load_json
+from mirror.untrusted import docker_auth, load_json
 
 DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
 HELPER_TIMEOUT = 30.0
@@ -147,13 +146,10 @@ def _server_url(host: str, configured_key: str | None) -> str:
 def _from_auths_entry(entry: dict[str, Any], origin: str) -> Credentials | None:
     username, password = str(entry.get("username") or ""), str(entry.get("password") or "")
     if entry.get("auth"):
-        try:
-            decoded = base64.b64decode(str(entry["auth"]), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            raise CredentialError(f"docker config {origin}: `auth` is not base64 of user:password") from None
-        username, sep, password = decoded.partition(":")
-        if not sep:
+        login = docker_auth(str(entry["auth"]))
+        if login is None or not login[1]:
             raise CredentialError(f"docker config {origin}: `auth` is not base64 of user:password")
+        username, _, password = login
     identity = str(entry.get("identitytoken") or "") or None
     if any(is_placeholder(value) for value in (username, password, identity or "")):
         raise CredentialError(f"docker config {origin}: the login {LOGIN_PLACEHOLDER}")

@@ -3,8 +3,6 @@ model, and the check at load that each one is there and usable."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import os
@@ -17,7 +15,7 @@ from pydantic import BaseModel, SecretStr, field_validator, model_validator
 from mirror import acr
 from mirror.placeholders import PLACEHOLDER, is_placeholder
 from mirror.settings.fields import one_source
-from mirror.untrusted import clip
+from mirror.untrusted import clip, docker_auth
 
 if TYPE_CHECKING:
     from mirror.settings.registries import AliyunLoginSettings
@@ -214,27 +212,16 @@ def placeholder_logins(text: str) -> list[str]:
     for key, entry in auths.items() if isinstance(auths, dict) else ():
         if not isinstance(entry, dict):
             continue
-        username = entry.get("username")
-        values = [entry.get("password"), entry.get("identitytoken"), *_auth_pair(entry.get("auth"))]
-        values.append(None if username == "<token>" else username)  # "<token>": docker's name for a token login
+        auth = entry.get("auth")
+        login = docker_auth(auth) if isinstance(auth, str) and auth else None
+        values = [entry.get("username"), entry.get("password"), entry.get("identitytoken")]
+        values += [login[0], login[2]] if login is not None else []
         if any(isinstance(value, str) and is_placeholder(value) for value in values):
             found.append(
                 f"auths.{clip(str(key), 200)}: the login is a placeholder: put the real username and password there, "
                 "or delete the entry (Docker Hub's is optional: without it, pulls are anonymous)"
             )
     return found
-
-
-def _auth_pair(auth: object) -> list[str]:
-    """The username and password in an `auths` entry's `auth` (base64 of user:password), or none."""
-    if not isinstance(auth, str) or not auth:
-        return []
-    try:
-        decoded = base64.b64decode(auth, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return []
-    username, _, password = decoded.partition(":")
-    return [password] if username == "<token>" else [username, password]
 
 
 def _aliyun_problems(host: str, login: AliyunLoginSettings, environ: Mapping[str, str]) -> list[str]:
