@@ -349,23 +349,10 @@ class OnASmallDisk(Service):
         super().__init__(config, port)
         self.state = state
 
-    def _started(self) -> bool:
+    def command(self) -> list[str]:
+        """`mirror serve` with its state directory on a 4 MB tmpfs mounted in a mount namespace of its own."""
         mount_then_run = 'mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
-        serve = [sys.executable, "-m", "mirror", "serve", "--config", str(self.config)]
-        address = ["--host", "127.0.0.1", "--port", str(self.port)]
-        command = ["unshare", "--mount", "sh", "-c", mount_then_run, str(self.state), *serve, *address]
-        with self.log.open("a") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return True
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        assert self.process.poll() is not None, f"service did not become ready:\n{self.log.read_text()}"
-        return False
+        return ["unshare", "--mount", "sh", "-c", mount_then_run, str(self.state), *super().command()]
 
     @property
     def disk(self) -> Path:

@@ -43,6 +43,14 @@ def seed_two_releases(source: LocalRegistry) -> tuple[SampleImage, SampleImage]:
     return images
 
 
+def actions_by_release(capsys: pytest.CaptureFixture[str]) -> list[dict[str, str]]:
+    """Per release of a `--json` run's report, each image's action at its (one) target."""
+    return [
+        {i["name"]: i["targets"][0]["action"] for i in release["images"] if i["targets"]}
+        for release in json.loads(capsys.readouterr().out)
+    ]
+
+
 @pytest.fixture
 def regions(tmp_path: Path) -> Iterator[list[LocalRegistry]]:
     started = [start_registry(tmp_path / f"region{i}") for i in range(2)]
@@ -242,10 +250,7 @@ def test_releases_of_one_run_sharing_an_image_ask_for_it_once(
         reads = Counter(f"{e.method} {e.path}" for e in at_target if e.method in ("GET", "HEAD") and e.status != 401)
         most = {r: 2 if run == "cold" and r in pushed else 1 for r in reads}
         assert {r: n for r, n in reads.items() if n > most[r] and r != "GET /v2/"} == {}, run
-        actions = [
-            {i["name"]: i["targets"][0]["action"] for i in release["images"]}
-            for release in json.loads(capsys.readouterr().out)
-        ]
+        actions = actions_by_release(capsys)
         copied = "copied" if run == "cold" else "up-to-date"
         assert actions == [
             {"hami": copied, "kube-webhook-certgen": copied},
@@ -266,10 +271,7 @@ def test_a_later_release_tries_again_an_image_whose_copy_failed_in_an_earlier_on
         config = write_config(tmp_path / "mirror.yaml", source, [proxy], retry=retry)
         assert main(["sync", "v2.9.0", VERSION, "--config", str(config), "--json"]) == 1
 
-    actions = [
-        {i["name"]: i["targets"][0]["action"] for i in release["images"]}
-        for release in json.loads(capsys.readouterr().out)
-    ]
+    actions = actions_by_release(capsys)
     assert refused.applied == 2
     assert [a["kube-webhook-certgen"] for a in actions] == ["failed", "copied"]
 
@@ -314,10 +316,7 @@ def test_a_later_release_fetches_again_a_blob_whose_transfer_failed_in_an_earlie
         config = write_config(tmp_path / "mirror.yaml", proxy, [target], retry=retry)
         assert main(["sync", "v2.9.0", VERSION, "--config", str(config), "--json"]) == 1
 
-    actions = [
-        {i["name"]: i["targets"][0]["action"] for i in release["images"] if i["targets"]}
-        for release in json.loads(capsys.readouterr().out)
-    ]
+    actions = actions_by_release(capsys)
     assert refused.applied == 4 and refused.seen == 5  # the later release asked again, and was answered
     assert [a["kube-webhook-certgen"] for a in actions] == ["failed", "copied"]
     assert blob_exists(target, "mirrored/kube-webhook-certgen", own[0])

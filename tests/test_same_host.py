@@ -102,33 +102,24 @@ def test_a_copy_within_one_registry_completes_byte_exact(
     ]
 
 
-def test_fan_out_with_the_source_among_the_targets_completes(
-    tmp_path: Path, source: LocalRegistry, other: LocalRegistry, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Two targets, one of them the source's host, one connection per host: blobs go through the spool, and with
-    the spool smaller than the run's blobs, the rest stream per target beside the spooled ones."""
-    images = _seed(source)
-    spool = {"dir": str(tmp_path / "spool"), "max_bytes": 3 * LAYER}
-    report = _synced(_config(tmp_path / "mirror.yaml", source, [source, other], 1, spool=spool), capsys)
-    _copied(report, 2)
-    for target in (source, other):
-        for name, image in images.items():
-            assert_byte_exact(source, target, image, f"mirrored/{name}")
-
-
-def test_fan_out_between_other_hosts_completes_with_one_connection_each(
+@pytest.mark.parametrize("with_the_source", [True, False], ids=["source-among-targets", "other-hosts"])
+def test_a_fan_out_with_one_connection_per_host_completes(
     tmp_path: Path,
     source: LocalRegistry,
     target: LocalRegistry,
     other: LocalRegistry,
     capsys: pytest.CaptureFixture[str],
+    with_the_source: bool,
 ) -> None:
-    """No host shared, the spool partly full: an upload of a spooled blob holding a target's one connection
-    while the spool's download waited for the source's, held by a streamed blob's GET waiting for that target."""
+    """Two targets, one connection per host, the spool smaller than the run's blobs (the rest stream per target
+    beside the spooled ones): with the source's host among the targets, blobs read from it go through the spool;
+    with no host shared, an upload of a spooled blob held a target's one connection while the spool's download
+    waited for the source's, held by a streamed blob's GET waiting for that target."""
     images = _seed(source)
+    targets = [source if with_the_source else target, other]
     spool = {"dir": str(tmp_path / "spool"), "max_bytes": 3 * LAYER}
-    report = _synced(_config(tmp_path / "mirror.yaml", source, [target, other], 1, spool=spool), capsys)
+    report = _synced(_config(tmp_path / "mirror.yaml", source, targets, 1, spool=spool), capsys)
     _copied(report, 2)
-    for copy in (target, other):
+    for copy in targets:
         for name, image in images.items():
             assert_byte_exact(source, copy, image, f"mirrored/{name}")

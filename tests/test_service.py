@@ -75,22 +75,15 @@ class Service:
             self.port = free_port()
         raise AssertionError(f"no free port held long enough:\n{self.log.read_text()}")
 
+    def command(self) -> list[str]:
+        """`mirror serve` on this service's config and port."""
+        serve = [sys.executable, "-m", "mirror", "serve", "--config", str(self.config)]
+        return [*serve, "--host", "127.0.0.1", "--port", str(self.port)]
+
     def _started(self) -> bool:
         """True once ready; False if the process exited first."""
-        log = self.log.open("a")
-        command = [
-            sys.executable,
-            "-m",
-            "mirror",
-            "serve",
-            "--config",
-            str(self.config),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-        ]
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+        with self.log.open("a") as log:
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
