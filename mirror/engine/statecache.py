@@ -35,19 +35,18 @@ _UNWRITABLE: set[Path] = set()
 
 
 class ManifestCache:
-    def __init__(self, directory: Path | None) -> None:
-        self.state_dir = directory
-        self.directory = directory / "manifests" / "sha256" if directory is not None else None
+    def __init__(self, state_dir: Path | None) -> None:
+        self.state_dir = state_dir  # manifests are kept under manifests/sha256/ there
         self._held: dict[str, Manifest] = {}
 
     def get(self, digest: str) -> Manifest | None:
         known = self._held.get(digest)
-        if known is not None or self.directory is None:
+        if known is not None or self.state_dir is None:
             return known
         algorithm, _, hexpart = digest.partition(":")
         if algorithm != "sha256" or not hexpart.isalnum():
             return None
-        known = _read_kept(self.directory / hexpart, digest)
+        known = _read_kept(self.state_dir / "manifests" / "sha256" / hexpart, digest)
         if known is not None:
             self._held[digest] = known
         return known
@@ -58,9 +57,9 @@ class ManifestCache:
         if manifest.digest in self._held:
             return
         self._held[manifest.digest] = manifest
-        if self.directory is None or self.state_dir is None or not manifest.digest.startswith("sha256:"):
+        if self.state_dir is None or not manifest.digest.startswith("sha256:"):
             return
-        path = self.directory / manifest.digest.removeprefix("sha256:")
+        path = self.state_dir / "manifests" / "sha256" / manifest.digest.removeprefix("sha256:")
         if _read_kept(path, manifest.digest) is None:
             _write_atomically(path, manifest.media_type.encode("ascii") + b"\n" + manifest.raw, self.state_dir)
 
