@@ -35,7 +35,8 @@ exit codes:
   0    every image verified at every target (with --dry-run: planned)
   1    something failed: one line per failure on stderr
   2    bad arguments, config, version or target name: nothing was sent
-  130  interrupted (Ctrl-C): no target tag moved for an unfinished copy
+  130  stopped by Ctrl-C: in-flight uploads finish (a second Ctrl-C abandons
+       them), the report is printed; no target tag moved for an unfinished copy
   143  stopped by SIGTERM: no target tag moved for an unfinished copy"""
 
 MIRROR_EPILOG = f"""\

@@ -147,6 +147,60 @@ def test_sigterm_abandons_uploads_after_the_grace_period(tmp_path: Path) -> None
         assert "upload abandoned at shutdown" in err and "Traceback" not in err
         for repository, tag in IMAGES:
             assert manifest_digest(target, repository, tag) is None
+        assert live_upload_sessions(target) == []
+
+
+def ctrl_c_mid_copy(config: Path, target: LocalRegistry, presses: int) -> tuple[int, float, str, str]:
+    """Start a sync, press Ctrl-C (SIGINT) once its first upload started, again once the run said it heard the
+    first; its exit code, seconds to exit after the first press, stdout and stderr."""
+    process = spawn(config)
+    wait_for(lambda: first_upload_started(target))
+    process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    assert process.stderr is not None
+    heard: list[str] = []
+    for _ in range(presses - 1):  # signals do not queue: the next press only once the first was taken
+        while "Ctrl-C again" not in (line := process.stderr.readline()):
+            assert line, "the run ended before it heard Ctrl-C"
+            heard.append(line)
+        heard.append(line)
+        process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    return process.returncode, time.monotonic() - started, out, "".join(heard) + err
+
+
+def test_ctrl_c_lets_in_flight_uploads_finish_then_reports_and_exits_130(tmp_path: Path) -> None:
+    with slow_copy(tmp_path, delay=2.0) as (source, target):
+        config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=30)
+        code, seconds, out, err = ctrl_c_mid_copy(config, target, presses=1)
+        assert code == 130 and seconds < 30
+        assert "stopped by Ctrl-C (SIGINT)" in err and "Ctrl-C again abandons them now" in err
+        assert "Traceback" not in err and "upload abandoned" not in err
+        assert f"release {VERSION}" in out  # the report of what was done and what was left
+        finished = [e for e in target.access_log() if e.method == "PUT" and "/blobs/uploads/" in e.path]
+        assert finished and all(e.status == 201 for e in finished)
+        assert incomplete_tags(target) == []
+
+
+def test_a_second_ctrl_c_abandons_uploads_at_once_and_cancels_their_sessions(tmp_path: Path) -> None:
+    with slow_copy(tmp_path, delay=20.0) as (source, target):
+        config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=60)
+        code, seconds, out, err = ctrl_c_mid_copy(config, target, presses=2)
+        assert code == 130 and seconds < 15  # far less than the grace period or the 20 s a blob takes
+        assert "upload abandoned at shutdown" in err and "stopped by Ctrl-C (SIGINT)" in err
+        assert "Traceback" not in err and "CancelledError" not in err
+        assert f"release {VERSION}" in out
+        for repository, tag in IMAGES:
+            assert manifest_digest(target, repository, tag) is None
+        opened = [e for e in target.access_log() if e.method == "POST" and e.status == 202]
+        assert opened and live_upload_sessions(target) == []  # none left for the registry's purge a week on
+
+
+def live_upload_sessions(registry: LocalRegistry) -> list[Path]:
+    """Upload sessions the registry still keeps: its start time and its bytes (distribution's own PUT handler,
+    cut off, may write an empty hash state after the session's DELETE, which its next purge removes)."""
+    uploads = registry.storage.glob("docker/registry/v2/repositories/**/_uploads/*")
+    return [session for session in uploads if (session / "startedat").exists() or (session / "data").exists()]
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from mirror.engine.stream import new_hasher
 from mirror.engine.upload import BlobUpload, ChunkedUpload, is_transient
 from mirror.oci import Descriptor
 from mirror.registry import BlobBody, RegistryClient, RegistryError
+from mirror.registry import uploads as uploads_module
 from mirror.registry.auth import AuthError
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy
@@ -253,9 +254,10 @@ async def test_a_cancelled_transfer_lets_the_registry_drop_its_session(size: int
 
 
 async def test_a_cancelled_transfer_waits_for_the_delete_only_briefly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The registry answers neither the upload nor the DELETE: the cancellation goes on after
-    CANCELLED_SESSION_TIMEOUT, not after the ten seconds a failed upload's DELETE may take."""
-    monkeypatch.setattr(blobs_module, "CANCELLED_SESSION_TIMEOUT", 0.2)
+    """The registry answers neither the upload nor the DELETE: the cancellation goes on after CANCELLED_WAIT for
+    each, not after the ten seconds a failed upload's DELETE may take."""
+    monkeypatch.setattr(blobs_module, "CANCELLED_WAIT", 0.2)
+    monkeypatch.setattr(uploads_module, "CANCELLED_WAIT", 0.2)
     registry = MemoryRegistry(hold={"PATCH", "DELETE"})
     data, blob = layer(256 * 1024)
     blobs = target_blobs(registry.client(), Shutdown())

@@ -1,4 +1,4 @@
-"""`mirror sync`: load the settings, run the engine under a SIGTERM handler, print the report, pick the exit
+"""`mirror sync`: load the settings, run the engine under SIGTERM and Ctrl-C handlers, print the report, pick the exit
 code. Imported only when the command runs, so `mirror --help` stays fast."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from mirror.chart.proof import Proof
-from mirror.engine.shutdown import SIGTERM, Shutdown
+from mirror.engine.shutdown import SIGINT, SIGTERM, Shutdown
 from mirror.engine.sync import SyncOptions, discover_and_sync, sync
 from mirror.errors import MirrorError
 from mirror.progress import progress_for
@@ -21,7 +21,7 @@ from mirror.report import ReleaseResult
 from mirror.settings import MirrorSettings, load_settings
 from mirror.untrusted import clip
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 MAX_LINE = 1000
 
 
@@ -39,10 +39,10 @@ def run(args: argparse.Namespace) -> int:
         asked = (args.discover or args.notify) and not args.dry_run and exc.exit_code != EXIT_USAGE
         if settings is not None and settings.notify.channels and asked:
             tell_on_call_stopped(settings, args.versions, exc)
-        return _stopped(1) if shutdown.reason == SIGTERM else exc.exit_code
-    except KeyboardInterrupt:
+        return _stopped(shutdown, 1) if shutdown.signalled else exc.exit_code
+    except KeyboardInterrupt:  # a third Ctrl-C, or one before the run's handlers were in place
         print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     if args.json:
         payload = results[0].to_json() if len(results) == 1 and not args.discover else [r.to_json() for r in results]
         print(json.dumps(payload, indent=2))
@@ -55,28 +55,42 @@ def run(args: argparse.Namespace) -> int:
         say(line)
     if settings.notify.channels and (args.discover or args.notify):
         tell_on_call(settings, results)
-    if shutdown.reason == SIGTERM:
-        return _stopped(len(failures))
+    if shutdown.signalled:
+        return _stopped(shutdown, len(failures))
     return EXIT_FAILED if failures else EXIT_OK
 
 
-def _stopped(lines: int) -> int:
-    print(f"mirror: stopped by SIGTERM; no tag moved for what did not finish ({lines} line(s) above)", file=sys.stderr)
-    return EXIT_TERMINATED
+def _stopped(shutdown: Shutdown, lines: int) -> int:
+    by = "Ctrl-C (SIGINT)" if shutdown.reason == SIGINT else "SIGTERM"
+    print(f"mirror: stopped by {by}; no tag moved for what did not finish ({lines} line(s) above)", file=sys.stderr)
+    return EXIT_INTERRUPTED if shutdown.reason == SIGINT else EXIT_TERMINATED
 
 
 async def _sync(
     settings: MirrorSettings, versions: list[str], options: SyncOptions, shutdown: Shutdown, discover: bool = False
 ) -> list[ReleaseResult]:
-    """Run the sync with SIGTERM meaning: start nothing new, give in-flight uploads a grace period."""
+    """Run the sync with SIGTERM and a first Ctrl-C meaning: start nothing new, give in-flight uploads a grace
+    period, then report what was done."""
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, shutdown.request, settings.shutdown_grace, SIGTERM)
+    loop.add_signal_handler(signal.SIGINT, _on_ctrl_c, loop, shutdown, settings.shutdown_grace)
     try:
         if discover:
             return await discover_and_sync(settings, options, progress_for(sys.stderr), shutdown)
         return await sync(settings, versions, options, progress_for(sys.stderr), shutdown)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def _on_ctrl_c(loop: asyncio.AbstractEventLoop, shutdown: Shutdown, grace: float) -> None:
+    """The first Ctrl-C stops the run as SIGTERM does; the next abandons what is in flight now (each upload
+    session cancelled at the target, the report printed); a third is Python's own KeyboardInterrupt."""
+    if not shutdown.stopping:
+        shutdown.request(grace, SIGINT, hint="; Ctrl-C again abandons them now")
+        return
+    shutdown.abandon()
+    loop.remove_signal_handler(signal.SIGINT)
 
 
 def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None:

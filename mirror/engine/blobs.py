@@ -25,15 +25,10 @@ from mirror.oci import Descriptor
 from mirror.registry import RegistryClient, RegistryError, UploadSession
 from mirror.registry.errors import IntegrityError
 from mirror.registry.retry import RetryPolicy, retry_step
-from mirror.registry.uploads import CANCEL_TIMEOUT
+from mirror.registry.uploads import CANCEL_TIMEOUT, CANCELLED_WAIT
 from mirror.untrusted import clip
 
 log = logging.getLogger("mirror")
-
-# A transfer cancelled (the run abandoned at shutdown) lets the registry drop its session, waiting this long at
-# most for the DELETE's answer: the run is already past its grace period. The request itself runs on to its
-# answer unwatched (registry/cancelsafe.py) until the client closes.
-CANCELLED_SESSION_TIMEOUT = 2.0
 
 
 class BlobOutcome(enum.StrEnum):
@@ -327,7 +322,7 @@ class _BlobTransfer:
     async def _cancel(self, session: UploadSession, cancelled: bool) -> None:
         """DELETE a session given up on. A transfer that was cancelled waits for it only briefly, then its
         CancelledError goes on (the DELETE is cancelled with it only if the task is cancelled again)."""
-        within = CANCELLED_SESSION_TIMEOUT if cancelled else CANCEL_TIMEOUT
+        within = CANCELLED_WAIT if cancelled else CANCEL_TIMEOUT  # the DELETE runs on unwatched (cancelsafe.py)
         try:
             await self.client.cancel_upload(self.repository, session, within)
         except Exception as exc:  # clean-up: never in place of the failure, or the cancellation, that led here

@@ -1,5 +1,5 @@
-"""Stopping a run on SIGTERM: no new blob transfers start; those in flight get a grace period, then are
-abandoned. Either way no tag is pushed for an image that did not complete."""
+"""Stopping a run on SIGTERM or Ctrl-C: no new blob transfers start; those in flight get a grace period, then are
+abandoned (at once on a second Ctrl-C). Either way no tag is pushed for an image that did not complete."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from mirror.errors import Kind, MirrorError
 log = logging.getLogger("mirror")
 
 STOPPING = "not started: the run is shutting down"
-SIGTERM = "SIGTERM"  # the reason `mirror sync`'s signal handler gives (exit 143 says it)
+SIGTERM = "SIGTERM"  # the reasons `mirror sync`'s signal handlers give (exit 143 and 130 say them)
+SIGINT = "SIGINT"
 
 
 class Interrupted(MirrorError):
@@ -39,12 +40,17 @@ class Shutdown:
         if self.stopping:
             raise Interrupted(STOPPING)
 
-    def request(self, grace: float, reason: str = SIGTERM) -> None:
+    @property
+    def signalled(self) -> bool:
+        """Whether a signal stopped the run (its exit code says which), not a lost lock or the service."""
+        return self.reason in (SIGTERM, SIGINT)
+
+    def request(self, grace: float, reason: str = SIGTERM, hint: str = "") -> None:
         """Stop starting work now; abandon what is in flight after `grace` seconds."""
         if self.stopping:
             return
         self.stopping, self.reason = True, reason
-        log.warning("%s: finishing in-flight uploads for up to %g s, starting nothing new", reason, grace)
+        log.warning("%s: finishing in-flight uploads for up to %g s, starting nothing new%s", reason, grace, hint)
         asyncio.get_running_loop().call_later(grace, self.abandon)
 
     def abandon(self) -> None:

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Awaitable
 from dataclasses import dataclass
 
 import httpx
 
 from mirror.errors import MirrorError
+from mirror.registry.cutoff import send_cuttable
 from mirror.registry.errors import RegistryError, raise_for_response, without_query
 from mirror.registry.host import RegistryHost
 from mirror.untrusted import clip, is_number
 
 CANCEL_TIMEOUT = 10.0
+# A caller cancelled (a run abandoned at shutdown, a sibling's failure) lets the registry drop the session it
+# opened, waiting this long at most for each answer (the POST's, the DELETE's): it is past its grace period.
+CANCELLED_WAIT = 2.0
 # The actions of the requests on an upload session, as errors name them: a 416 from one of these is the
 # session out of step with what was sent (see engine/upload.py's is_transient).
 UPLOAD_STEPS = frozenset({"start upload", "upload blob", "upload chunk", "check upload"})
@@ -60,7 +64,29 @@ class BlobUploads(RegistryHost):
         self, repository: str, mount_digest: str | None = None, mount_from: str | None = None
     ) -> UploadSession | None:
         """Start a blob upload. With a mount, None means the registry mounted the blob from `mount_from`
-        (201); otherwise (202) the returned session takes the bytes."""
+        (201); otherwise (202) the returned session takes the bytes. A caller cancelled while the POST is under
+        way leaves no session behind: the answer is awaited briefly and the session it names cancelled (a run
+        abandoned at shutdown has many POSTs under way, each a session the registry would keep for a week)."""
+        started = asyncio.ensure_future(self._start_upload(repository, mount_digest, mount_from))
+        try:
+            return await asyncio.shield(started)
+        except asyncio.CancelledError:
+            await self._cancel_when_answered(repository, started)
+            raise
+
+    async def _cancel_when_answered(self, repository: str, started: asyncio.Future[UploadSession | None]) -> None:
+        try:
+            async with asyncio.timeout(CANCELLED_WAIT):
+                session = await asyncio.shield(started)
+        except (Exception, TimeoutError):  # no session, or not known in time: the registry's purge takes it
+            started.add_done_callback(lambda done: done.cancelled() or done.exception())
+            return
+        if session is not None:
+            await self.cancel_upload(repository, session, CANCELLED_WAIT)
+
+    async def _start_upload(
+        self, repository: str, mount_digest: str | None, mount_from: str | None
+    ) -> UploadSession | None:
         where = self.where(repository)
         params = {"mount": mount_digest, "from": mount_from} if mount_digest and mount_from else None
         response = await self._send("start upload", where, "POST", f"/v2/{repository}/blobs/uploads/", params=params)
@@ -83,13 +109,13 @@ class BlobUploads(RegistryHost):
         """Send all the bytes in one PUT. Content-Length is always set: not every registry or proxy takes
         chunked transfer encoding."""
         where = self.where(repository, digest)
-        response = await self._send(
+        response = await self._send_body(
             "upload blob",
             where,
             "PUT",
             session.url.copy_merge_params({"digest": digest}),
-            content=body,
-            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+            body,
+            {"Content-Type": "application/octet-stream", "Content-Length": str(size)},
         )
         await raise_for_response(response, "upload blob", where)
 
@@ -98,13 +124,13 @@ class BlobUploads(RegistryHost):
     ) -> tuple[UploadSession, int]:
         """PATCH `size` bytes at `offset`; returns the next session URL and the registry's new offset."""
         where = self.where(repository)
-        response = await self._send(
+        response = await self._send_body(
             "upload chunk",
             where,
             "PATCH",
             session.url,
-            content=body,
-            headers={
+            body,
+            {
                 "Content-Type": "application/octet-stream",
                 "Content-Length": str(size),
                 "Content-Range": f"{offset}-{offset + size - 1}",
@@ -114,6 +140,25 @@ class BlobUploads(RegistryHost):
         next_session = self._next_session(session, response, "upload chunk", where)
         received = _range_end(response.headers.get("Range"))
         return next_session, received if received is not None else offset + size
+
+    async def _send_body(
+        self,
+        action: str,
+        where: str,
+        method: str,
+        url: httpx.URL,
+        body: bytes | AsyncIterable[bytes],
+        headers: dict[str, str],
+    ) -> httpx.Response:
+        """An upload step with its bytes. A streamed body is cut off if the caller is cancelled (cutoff.py), so
+        the session can be cancelled once the request has ended."""
+        if isinstance(body, bytes):
+            return await self._send(action, where, method, url, content=body, headers=headers)
+
+        def send(content: AsyncIterable[bytes]) -> Awaitable[httpx.Response]:
+            return self._send(action, where, method, url, content=content, headers=headers)
+
+        return await send_cuttable(send, body, CANCELLED_WAIT)
 
     async def upload_status(self, repository: str, session: UploadSession) -> tuple[UploadSession, int] | None:
         """How many bytes the upload session holds, or None when the registry no longer knows it."""
