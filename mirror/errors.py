@@ -16,7 +16,7 @@ class Kind(enum.Enum):
     REFUSED = "refused"  # a registry or a policy said no, and would say it again
     UNAVAILABLE = "unavailable"  # the network, a lock, a budget, the disk: may succeed later
     INTEGRITY = "integrity"  # bytes that do not match their digest or size
-    INTERRUPTED = "interrupted"  # stopped by SIGTERM before it finished
+    INTERRUPTED = "interrupted"  # stopped by SIGTERM or Ctrl-C before it finished
 
 
 EXIT_CODES = {Kind.USAGE: 2, Kind.INTERRUPTED: 143}

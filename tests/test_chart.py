@@ -328,7 +328,7 @@ def test_the_chart_is_not_published_over_an_image_at_its_tag(
     config = chart_config(tmp_path, source, target, {"repository": repository.url})
     code, _, err = sync_json(config, capsys, VERSION)
     assert code == 1
-    assert f"publish chart {target.host}/mirrored/hami:{CHART_VERSION}: 200: the tag holds {theirs.digest}" in err
+    assert f"publish chart {target.host}/mirrored/hami:{CHART_VERSION}: the tag holds {theirs.digest}" in err
     assert "not a Helm chart: left alone" in err
     assert manifest_digest(target, "mirrored/hami", CHART_VERSION) == theirs.digest
 

@@ -13,6 +13,7 @@ import yaml
 from mirror.acr import refuses_manifest_class
 from mirror.chart.archive import ChartArchive
 from mirror.chart.source import HELM_CHART_CONTENT, HELM_CONFIG, oci_tag
+from mirror.errors import Kind, MirrorError
 from mirror.oci import OCI_MANIFEST, Manifest, sha256_digest
 from mirror.registry import RegistryClient, RegistryError
 
@@ -131,8 +132,14 @@ async def publish_chart(client: RegistryClient, repository: str, archive: ChartA
             raise
     check = await client.head_manifest(repository, tag)
     if check is None or check.digest != manifest.digest:
-        raise RegistryError("verify chart", where, 200, "", "the tag does not resolve to the pushed chart")
+        raise MirrorError(f"verify chart {where}: the tag does not resolve to the pushed chart")
     return Published(where)
+
+
+class ChartTagTaken(MirrorError):
+    """The chart's tag at the target holds something else (an image): the registry's answers, not its error."""
+
+    kind = Kind.REFUSED
 
 
 async def _check_holds_a_chart(client: RegistryClient, repository: str, digest: str, where: str) -> None:
@@ -141,6 +148,4 @@ async def _check_holds_a_chart(client: RegistryClient, repository: str, digest: 
     held = await client.get_manifest(repository, digest)
     config = held.config.media_type if held.config is not None else held.media_type
     if config != HELM_CONFIG:
-        raise RegistryError(
-            "publish chart", where, 200, "", f"the tag holds {digest} ({config}), not a Helm chart: left alone"
-        )
+        raise ChartTagTaken(f"publish chart {where}: the tag holds {digest} ({config}), not a Helm chart: left alone")
