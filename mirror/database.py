@@ -27,8 +27,10 @@ SESSION_KEEPALIVES = {
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,  # ms: data sent and not acknowledged
 }
-# sqlite3 errors worth a retry: a full disk ("database or disk is full") frees up once space is made
-SQLITE_FOR_NOW = ("locked", "busy", "unable to open", "disk i/o", "disk is full")
+# sqlite3 errors worth a retry: a full disk ("database or disk is full") frees up once space is made; a file
+# that takes no writes ("attempt to write a readonly database": a volume remounted read-only after an I/O error)
+# once it is mounted again, as a PostgreSQL standby's 25006 below
+SQLITE_FOR_NOW = ("locked", "busy", "unable to open", "disk i/o", "disk is full", "readonly database")
 # SQLSTATEs worth a retry whatever the driver's error class: disk_full, and read_only_sql_transaction (a server
 # that a failover made a standby, until the pool's sessions reach the new primary)
 POSTGRES_FOR_NOW = ("53100", "25006")
