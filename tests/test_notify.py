@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import http.server
 import logging
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -259,6 +261,26 @@ def test_a_receiver_down_slow_or_refusing_neither_fails_nor_holds_the_run(
     assert any(w.startswith("notification to slack ") for w in warnings), warnings
     assert len(refusing.received) == 1 and not refusing.received[0].signed  # refused: not sent again
     assert not any(token_of("dingtalk") in w or "127.0.0.1:9" in w for w in warnings)
+
+
+def test_ctrl_c_while_the_runs_news_is_posted_ends_the_run_in_one_line(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy is done and reported; the post to the channel hangs and the user presses Ctrl-C: exit 130 and
+    one line, not a traceback."""
+    seed_release(source)
+    with held_receiver(token_of("slack")) as slow:
+        monkeypatch.setenv("NOTIFY_SLACK_URL", slow.url)
+        notify = {"channels": [{"name": "slack", "kind": "slack", "url_env": "NOTIFY_SLACK_URL"}], "deadline": 60}
+        config = write_config(tmp_path / "mirror.yaml", source, [target], notify=notify)
+        command = [sys.executable, "-m", "mirror", "sync", VERSION, "--config", str(config), "--notify"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: bool(slow.arrived_at))
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert f"release {VERSION}" in out  # the report came before the post
+    assert "mirror: interrupted" in err and "Traceback" not in err and "KeyboardInterrupt" not in err
 
 
 def test_a_channel_whose_secret_is_missing_is_refused_at_load(

@@ -27,6 +27,14 @@ MAX_LINE = 1000
 
 def run(args: argparse.Namespace) -> int:
     _configure_logging(args.verbose)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # a third Ctrl-C, one before the run's handlers were in place, or one after the run
+        print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
     shutdown = Shutdown()
     settings: MirrorSettings | None = None
     try:
@@ -40,9 +48,6 @@ def run(args: argparse.Namespace) -> int:
         if settings is not None and settings.notify.channels and asked:
             tell_on_call_stopped(settings, args.versions, exc)
         return _stopped(shutdown, 1) if shutdown.signalled else exc.exit_code
-    except KeyboardInterrupt:  # a third Ctrl-C, or one before the run's handlers were in place
-        print("mirror: interrupted; no target tag was moved by an unfinished copy", file=sys.stderr)
-        return EXIT_INTERRUPTED
     if args.json:
         payload = results[0].to_json() if len(results) == 1 and not args.discover else [r.to_json() for r in results]
         print(json.dumps(payload, indent=2))
