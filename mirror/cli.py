@@ -76,6 +76,25 @@ examples:
 
 {SYNC_EXIT_CODES}"""
 
+CHECK_DESCRIPTION = """\
+Read the config as `mirror sync` and `mirror serve` read it (the file, MIRROR_*
+variables, secret files) and print what it means: where each target pushes and
+where nodes pull from, how each logs in, what a release mirrors, the schedule's
+next runs. Nothing is sent to any registry, chart repository or database: for a
+config's review in CI, or before a CronJob's first run."""
+
+CHECK_EPILOG = f"""\
+examples:
+  mirror check                     # the config: valid, and what it says
+  mirror check v2.10.0             # and the images a release copies where
+  mirror check --serve             # and what `mirror serve` refuses to start on
+
+{CONFIG_NOTE}
+
+exit codes:
+  0    the config is valid (with --serve: the service would start on it)
+  2    a problem with the config, a version or a target name, named on stderr"""
+
 SERVE_DESCRIPTION = """\
 Run the service: discovery on the config's schedule, release webhooks from CI
 and Docker Hub (POST /hooks/ci, POST /hooks/dockerhub/<token>), the job API
@@ -133,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sync_cmd.add_argument("-v", "--verbose", action="store_true", help="log HTTP requests too")
     sync_cmd.set_defaults(command_parser=sync_cmd)
+    summary = "read the config as sync and serve would and say what it means; nothing is sent"
+    check_cmd = _command(commands, "check", summary, CHECK_DESCRIPTION, CHECK_EPILOG)
+    check_cmd.add_argument("versions", nargs="*", metavar="VERSION", help="show what these releases mirror")
+    check_cmd.add_argument(
+        "--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)"
+    )
+    check_cmd.add_argument("--serve", action="store_true", help="also what `mirror serve` checks before it listens")
     summary = "run the service: scheduled discovery, webhooks, the job API"
     serve_cmd = _command(commands, "serve", summary, SERVE_DESCRIPTION, SERVE_EPILOG)
     serve_cmd.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")  # noqa: S104
@@ -169,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
 
         _collect_from_here()
         return serve(args.config, args.host, args.port)
+    if args.command == "check":
+        from mirror.commands.check import run as check
+
+        return check(args)
     if not args.versions and not args.discover:
         args.command_parser.error("name a release version (e.g. v2.10.0), or --discover")
     if args.versions and args.discover:
