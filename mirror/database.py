@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from sqlalchemy.sql.elements import TextClause
 
 CONNECT_SECONDS = 10  # a PostgreSQL server that does not answer: give up on this connection after this long
-# A target lock's session whose server went silent (a failover, a partition) is found dead within about 30 s,
-# idle or waiting for an answer, so that asking whether the lock is still held never hangs
+# A session whose server went silent (a failover, a partition) is found dead within about 30 s, idle or waiting
+# for an answer: asking whether a target lock is still held, or a job store query, never hangs
 SESSION_KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 10,
@@ -72,9 +72,11 @@ def is_postgresql(url: str | None) -> bool:
 def open_engine(url: str, *, pooled: bool = True) -> Engine:
     """The engine for `url`. Pooled: the job store's connections, checked before use (a server restarted
     since is reconnected, not an error). Not pooled: each `connect()` is a session of its own, closed for
-    good when released, which a session-level advisory lock needs, with TCP keepalives (SESSION_KEEPALIVES,
-    unless the URL sets them). A PostgreSQL server that does not answer costs at most CONNECT_SECONDS per
-    connection (libpq's connect_timeout, unless the URL sets one)."""
+    good when released, which a session-level advisory lock needs. Both with TCP keepalives
+    (SESSION_KEEPALIVES, unless the URL sets them): a claim, a lease's renewal or a job's end in flight when
+    the server went silent fails within about 30 s rather than the kernel's 15 minutes, so the runner sees its
+    lease at risk. A PostgreSQL server that does not answer costs at most CONNECT_SECONDS per connection
+    (libpq's connect_timeout, unless the URL sets one)."""
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
     from sqlalchemy.pool import NullPool
@@ -84,10 +86,11 @@ def open_engine(url: str, *, pooled: bool = True) -> Engine:
     parsed = make_url(url)
     libpq = parsed.get_driver_name() in ("psycopg", "psycopg2")
     timeout = {"connect_timeout": CONNECT_SECONDS} if libpq and "connect_timeout" not in parsed.query else {}
+    keepalives = {k: v for k, v in SESSION_KEEPALIVES.items() if k not in parsed.query} if libpq else {}
     if not pooled:
-        keepalives = {k: v for k, v in SESSION_KEEPALIVES.items() if k not in parsed.query} if libpq else {}
         return create_engine(url, poolclass=NullPool, connect_args=timeout | keepalives)
-    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, connect_args=timeout)
+    pool = {"pool_pre_ping": True, "pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
+    return create_engine(url, **pool, connect_args=timeout | keepalives)
 
 
 def unavailable(error: BaseException) -> bool:

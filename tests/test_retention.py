@@ -320,6 +320,26 @@ async def test_writable_is_false_on_a_read_only_postgresql(database_url: str) ->
         admin.dispose()
 
 
+@pytest.mark.parametrize("pooled", [True, False], ids=["the job store's pool", "a target lock's session"])
+def test_a_postgresql_session_carries_keepalives_so_a_silent_server_is_found_dead(
+    database_url: str, pooled: bool
+) -> None:
+    """A claim or a lease's renewal in flight when the server went silent (a failover, a partition) fails within
+    about 30 s, as a target lock's check does, rather than after the kernel's retransmissions (15 minutes), with
+    the lease lost meanwhile. Read from libpq's own view of the connection it opened."""
+    engine = database.open_engine(database_url, pooled=pooled)
+    try:
+        connection = engine.raw_connection()
+        try:
+            parameters = connection.driver_connection.info.get_parameters()  # type: ignore[union-attr]
+        finally:
+            connection.close()
+    finally:
+        engine.dispose()
+    for name, value in database.SESSION_KEEPALIVES.items():
+        assert parameters.get(name) == str(value), (name, parameters)
+
+
 async def test_postgresql_disk_full_is_the_store_away_for_now(database_url: str) -> None:
     """SQLSTATE 53100 (disk_full), raised by the real server where a write needs space: a webhook is answered as
     when the database is down (503, Retry-After), not 500; writable() is false."""
