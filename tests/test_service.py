@@ -254,6 +254,39 @@ def test_the_dockerhub_token_may_come_from_a_file(tmp_path: Path, source: LocalR
         assert running.stopped_cleanly()
 
 
+def test_tokens_in_files_are_read_again_so_a_rotation_takes_effect_at_once(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry
+) -> None:
+    """A mounted Secret changes in place: after both files are rewritten the old API token (and a session the
+    status page signed with it) and the old Docker Hub token are refused, the new ones taken, with no restart."""
+    api_file, hub_file = tmp_path / "api-token", tmp_path / "dockerhub-token"
+    api_file.write_text(API_TOKEN + "\n")
+    hub_file.write_text(DOCKERHUB_TOKEN + "\n")
+    config = service_config(tmp_path, source, target, service={"api_token": None, "api_token_file": str(api_file)})
+    data = yaml.safe_load(config.read_text())
+    data["webhook"] = {"secret": SECRET, "dockerhub_token_file": str(hub_file)}
+    config.write_text(yaml.safe_dump(data))
+    latest = json.dumps({"push_data": {"tag": "latest"}, "repository": {"repo_name": "projecthami/hami"}}).encode()
+    running = Service(config, free_port())
+    running.start()
+    try:
+
+        def answers(api: str, hub: str, cookies: httpx.Cookies | None = None) -> tuple[int, int, int]:
+            jobs = httpx.get(f"{running.url}/jobs", headers={"Authorization": f"Bearer {api}"}, timeout=10)
+            by_session = httpx.get(f"{running.url}/jobs", cookies=cookies, timeout=10) if cookies else jobs
+            return jobs.status_code, by_session.status_code, running.post(f"/hooks/dockerhub/{hub}", latest).status_code
+
+        login = httpx.post(f"{running.url}/login", data={"token": API_TOKEN}, timeout=10)
+        assert answers(API_TOKEN, DOCKERHUB_TOKEN, login.cookies) == (200, 200, 200)  # 200: 'latest' is ignored
+        new_api, new_hub = API_TOKEN[::-1] + "-rotated", DOCKERHUB_TOKEN[::-1] + "-rotated"
+        api_file.write_text(new_api + "\n")
+        hub_file.write_text(new_hub + "\n")
+        assert answers(API_TOKEN, DOCKERHUB_TOKEN, login.cookies) == (401, 401, 401)
+        assert answers(new_api, new_hub) == (200, 200, 200)
+    finally:
+        assert running.stopped_cleanly()
+
+
 def test_pre_releases_published_or_pushed_are_answered_and_not_queued(service: Service) -> None:
     """discovery.prereleases is off (the default): a GitHub release marked pre-release, one named `-rc.1`, and a
     Docker Hub push of an `-rc.1` tag are answered and queue nothing, as discovery would leave them out; a tag

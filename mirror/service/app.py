@@ -155,7 +155,7 @@ async def ci_hook(request: Request) -> Response:
 async def dockerhub_hook(request: Request) -> Response:
     settings: MirrorSettings = request.app.state.settings
     try:
-        check_token(request.app.state.dockerhub_token, request.path_params["token"])
+        check_token(settings.webhook.dockerhub_token_value(), request.path_params["token"])  # read again: a rotation
         version = dockerhub_version(settings, await read_body(request, settings.webhook.max_body))
     except HookError as exc:
         return error(exc.status, str(exc))
@@ -172,7 +172,7 @@ def authorised(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Req
     @functools.wraps(route)
     async def checked(request: Request) -> Response:
         try:
-            check_bearer(request.app.state.api_token, request.headers.get("authorization"))
+            check_bearer(page.api_token(request), request.headers.get("authorization"))
         except HookError as exc:
             if not page.has_session(request):
                 return JSONResponse({"error": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
@@ -348,13 +348,11 @@ def create_app(settings: MirrorSettings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         app.state.settings = settings
-        app.state.api_token = settings.service.api_token_value()
-        app.state.dockerhub_token = settings.webhook.dockerhub_token_value()
         app.state.store = JobStore(store_url(settings))
         if not app.state.store.postgres:
             log.info("job store: SQLite, for one replica only (set database_url to PostgreSQL for several)")
         log.info("webhooks %s", webhook_status(settings))
-        if app.state.api_token is None:
+        if settings.service.api_token_value() is None:
             log.warning("the job API is closed: no service.api_token configured")
         app.state.metrics = Metrics()
         app.state.store_success = StoreSuccess(app.state.metrics, app.state.store.last_success)

@@ -113,9 +113,16 @@ def session_valid(token: bytes | None, value: str | None, now: float) -> bool:
     return hmac.compare_digest(_mac(token, message), parsed[3])
 
 
+def api_token(request: Request) -> bytes | None:
+    """The API token, read again for each request, as the webhook secret is: a mounted Secret's file changes in
+    place, and a token rotated or revoked there stops working at once, with the sessions signed with it."""
+    token: bytes | None = request.app.state.settings.service.api_token_value()
+    return token
+
+
 def has_session(request: Request) -> bool:
     """Does the request carry a valid session cookie? (The job API's routes ask too.)"""
-    return session_valid(request.app.state.api_token, request.cookies.get(COOKIE), time.time())
+    return session_valid(api_token(request), request.cookies.get(COOKIE), time.time())
 
 
 # -- the routes ------------------------------------------------------------------------------------------
@@ -137,7 +144,7 @@ async def login(request: Request) -> Response:
     except ValueError:  # more fields than a login form has
         return PlainTextResponse("not a login form", status_code=400, headers=HEADERS)
     given = fields.get("token", [""])[0].strip().encode()
-    token: bytes | None = request.app.state.api_token
+    token = api_token(request)
     if token is None or not hmac.compare_digest(token, given):
         log.warning("status page: a login was refused")
         return _login_page(request, 401, refused=True)
@@ -214,7 +221,7 @@ def _login_address(job_id: str | None) -> str:
 
 
 def _login_page(request: Request, status: int, refused: bool = False) -> Response:
-    context = {"refused": refused, "closed": request.app.state.api_token is None}
+    context = {"refused": refused, "closed": api_token(request) is None}
     return templates.TemplateResponse(request, "login.html", context, status_code=status, headers=HEADERS)
 
 
