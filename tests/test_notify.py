@@ -388,7 +388,9 @@ def test_drift_at_a_target_is_posted_to_the_channels_that_want_it(
         assert main(["sync", VERSION, "--config", str(config), "--notify"]) == 1
     drift = [m.json() for m in hook.received if m.json()["event"] == "drift"]
     assert len(drift) == 1 and hook.received[0].signed
-    assert drift[0]["image"] == "hami" and drift[0]["target"] == "t0" and other.digest in drift[0]["reason"]
+    (seen,) = drift[0]["drifts"]
+    assert seen["image"] == "hami" and seen["target"] == "t0" and other.digest in seen["reason"]
+    assert seen["releases"] == [VERSION] and drift[0]["release"] == VERSION
     assert [m.json()["event"] for m in hook.received].count("failed") == 0  # drift is not also a failure message
     assert [m.text() for m in quiet.received if "drift" in m.text()] == []
 

@@ -147,7 +147,9 @@ def headline(event: Event, style: Style = PLAIN) -> str:
             more = f" and {len(event.failures) - 1} more" if len(event.failures) > 1 else ""
             return f"mirror: {shown(event.release)} FAILED: {shown(first.what)} -> {shown(first.where)}{more}"
         case Drifted():
-            return f"mirror: {shown(event.release)} drift: {shown(event.image)} at {shown(event.target)}"
+            first = event.drifts[0]
+            more = f" and {len(event.drifts) - 1} more" if len(event.drifts) > 1 else ""
+            return f"mirror: {shown(event.release)} drift: {shown(first.image)} at {shown(first.target)}{more}"
 
 
 def lines(event: Event, style: Style = PLAIN) -> list[str]:
@@ -167,8 +169,8 @@ def lines(event: Event, style: Style = PLAIN) -> list[str]:
             failures = [f"{shown(f.what)} -> {shown(f.where)}: {shown(f.reason)}" for f in event.failures]
             return [*_details(event.page, style), *failures]
         case Drifted():
-            drift = f"{shown(event.image)} -> {shown(event.target)}: {shown(event.reason)}"
-            return [*_details(event.page, style), drift]
+            drifts = [f"{shown(d.image)} -> {shown(d.target)}: {shown(d.reason)}" for d in event.drifts]
+            return [*_details(event.page, style), *drifts]
 
 
 def _details(page: str | None, style: Style) -> Iterator[str]:
@@ -245,7 +247,7 @@ def webhook_signature(secret: str, timestamp: str, body: bytes) -> str:
 
 def _webhook(url: str, secret: str, event: Event, now: float) -> Post:
     timestamp = str(int(now))
-    # `release` names every release the event concerns, comma-separated (drift: `releases` lists them too)
+    # `release` names every release the event concerns, comma-separated (drift: each of `drifts` lists its own)
     body = _json(
         {"event": event.kind, "release": event.release, **dataclasses.asdict(event), "text": _text(event, PLAIN)}
     )

@@ -1,6 +1,7 @@
 """What in a run is worth a message: a release newly mirrored to a target (with its values and the `helm upgrade`
-line), failures (what, where, why; one message for the releases that share them) and drift (once per image, target
-and reason, naming every release it concerns: releases share images). A run that changed nothing has no events.
+line), failures (what, where, why; one message for the releases that share them) and drift (one message for the
+run, a line per image, target and reason naming every release it concerns: releases share images). A run that
+changed nothing has no events.
 
 In the service each event also carries `page`, the job on the status page (`JobLinks`): where the person who reads
 the message lands. The job API's URLs (JSON, and values downloads that answer 401 to a browser without the page's
@@ -54,21 +55,30 @@ class Failed:
 
 
 @dataclass(frozen=True, slots=True)
-class Drifted:
-    """A target's tag that points at another digest than the source's, left alone: one event however many of the
-    run's releases use the image."""
+class DriftSeen:
+    """One target's tag that points at another digest than the source's, left alone, with every release of the
+    run that uses the image."""
 
     releases: tuple[str, ...]  # in the run's order
     image: str
     target: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drifted:
+    """Every drift of the run, in one message: drift is not mended by the next run, so one message per image and
+    target came again each run, and a chat's robot refuses past 20 messages a minute (DingTalk, WeCom)."""
+
+    drifts: tuple[DriftSeen, ...]
     page: str | None = None  # the service's job on the status page
 
     kind = "drift"
 
     @property
     def release(self) -> str:
-        return ", ".join(self.releases)
+        """Every release the drift concerns, in the run's order."""
+        return ", ".join(dict.fromkeys(version for drift in self.drifts for version in drift.releases))
 
 
 Event = Mirrored | Failed | Drifted
@@ -149,7 +159,8 @@ def _failures_of(release: ReleaseResult) -> list[Failure]:
 
 
 def _drifted(releases: list[ReleaseResult], page: str | None) -> list[Event]:
-    """One event per image, target and reason: an image shared by several releases drifts once, not once each."""
+    """The run's drift as one event, a line per image, target and reason: an image shared by several releases
+    drifts once, not once each."""
     found: dict[tuple[str, str, str], list[str]] = {}
     for release in releases:
         for image in release.images:
@@ -158,9 +169,8 @@ def _drifted(releases: list[ReleaseResult], page: str | None) -> list[Event]:
                     concerned = found.setdefault((image.name, target.target, target.outcome.reason), [])
                     if release.version not in concerned:
                         concerned.append(release.version)
-    return [
-        Drifted(tuple(versions), image, target, reason, page) for (image, target, reason), versions in found.items()
-    ]
+    drifts = tuple(DriftSeen(tuple(versions), *seen) for seen, versions in found.items())
+    return [Drifted(drifts, page)] if drifts else []
 
 
 # `helm install` as the line's command, or as one after `&&` (a private target's line logs in to it first)
