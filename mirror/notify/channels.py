@@ -147,9 +147,9 @@ def headline(event: Event, style: Style = PLAIN) -> str:
             more = f" and {len(event.failures) - 1} more" if len(event.failures) > 1 else ""
             return f"mirror: {shown(event.release)} FAILED: {shown(first.what)} -> {shown(first.where)}{more}"
         case Drifted():
-            first = event.drifts[0]
+            seen = event.drifts[0]
             more = f" and {len(event.drifts) - 1} more" if len(event.drifts) > 1 else ""
-            return f"mirror: {shown(event.release)} drift: {shown(first.image)} at {shown(first.target)}{more}"
+            return f"mirror: {shown(event.release)} drift: {shown(seen.image)} at {shown(seen.target)}{more}"
 
 
 def lines(event: Event, style: Style = PLAIN) -> list[str]:
