@@ -52,6 +52,26 @@ async def test_one_job_per_delivery_and_per_active_release(store: JobStore, cloc
         assert resent["id"] == first["id"] and not created
 
 
+async def test_a_signed_body_replayed_under_new_delivery_ids_notes_a_bounded_number_of_them(
+    store: JobStore, clock: FakeClock
+) -> None:
+    """GitHub's signature does not cover the delivery id: one captured body sent again under 300 new ids is
+    answered by its job each time, and the job notes at most MAX_DELIVERIES_PER_JOB of them (rows a release's
+    newest success, never pruned, would otherwise keep for good)."""
+    from sqlalchemy import func, select
+
+    from mirror.service.store import MAX_DELIVERIES_PER_JOB, deliveries
+
+    first, _ = await store.enqueue("ci", ["v2.10.0"], "delivery-0")
+    answers = [await store.enqueue("ci", ["v2.10.0"], f"delivery-{i}") for i in range(1, 300)]
+    assert {job["id"] for job, _ in answers} == {first["id"]} and not any(created for _, created in answers)
+    with store.engine.connect() as db:
+        noted = db.execute(select(func.count()).select_from(deliveries)).scalar()
+    assert noted == MAX_DELIVERIES_PER_JOB
+    resent, created = await store.enqueue("ci", ["v2.10.0"], "delivery-0")  # one that was noted still finds it
+    assert resent["id"] == first["id"] and not created
+
+
 async def test_replicas_ticks_of_one_moment_make_one_discovery(store: JobStore) -> None:
     """Each replica queues the schedule's tick under the tick's delivery id: one that comes after another replica's
     job for the same tick was claimed joins that job instead of queueing a second discovery to follow it."""

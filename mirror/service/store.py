@@ -84,6 +84,10 @@ KINDS = ("ci", "dockerhub", "schedule")
 DISCOVERY = "discover"  # the release key of a discovery job
 ENQUEUE_ATTEMPTS = 5
 MAX_DELIVERY_CHARS = 200  # the delivery columns' length
+# The most deliveries a job keeps: a signed body sent again under new delivery ids (GitHub's signature does not
+# cover the id) would add a row each, and a release's newest success is never pruned. Past it a delivery is still
+# answered by the job, only not noted: sent again after the job ended, it is a new request.
+MAX_DELIVERIES_PER_JOB = 100
 MAX_ERROR_CHARS = 500  # a job's error as stored (and so as served and logged)
 SHUTTING_DOWN = "by a replica shutting down"  # why a job is given back, as its record says
 LOST_LOCK = "by the loss of its target lock"
@@ -640,6 +644,9 @@ def _point(db: Connection, delivery: str, job_id: str, stale: Any) -> Any:
         moved = update(deliveries).where(deliveries.c.delivery == delivery, deliveries.c.job_id == stale.id)
         if db.execute(moved.values(job_id=job_id)).rowcount:
             return _job_of_delivery(db, delivery)
+    noted = db.execute(select(func.count()).select_from(deliveries).where(deliveries.c.job_id == job_id)).scalar()
+    if (noted or 0) >= MAX_DELIVERIES_PER_JOB:
+        return db.execute(select(jobs).where(jobs.c.id == job_id)).first()
     postgres = db.dialect.name == "postgresql"
     note = (pg_insert if postgres else sqlite_insert)(deliveries).values(delivery=delivery, job_id=job_id)
     db.execute(note.on_conflict_do_nothing())
