@@ -232,7 +232,12 @@ def test_the_service_is_probed_and_kept_to_one_replica() -> None:
     assert deployment["replicas"] == 1 and deployment["strategy"]["type"] == "Recreate"
     (container,) = deployment["template"]["spec"]["containers"]
     assert_liveness_reads_the_heartbeat(container)
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "internal"}
+    # the probes and /metrics on the internal port, which the service is told of: the public one answers them 404
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert str(ports["internal"]) == env["MIRROR_SERVICE__INTERNAL_PORT"]
+    assert str(ports["http"]) == container["args"][container["args"].index("--port") + 1]
     cron = docs["CronJob"]["spec"]
     assert cron["concurrencyPolicy"] == "Forbid" and cron["jobTemplate"]["spec"]["activeDeadlineSeconds"] > 0
     # a run that failed (said, and posted) or was given bad input is not run again by Kubernetes: the channel
@@ -250,7 +255,7 @@ def test_the_service_is_probed_and_kept_to_one_replica() -> None:
     # the ECS metadata service alone on port 80: an ECS RAM role's login asks it (ecs_ram_role, the default chain)
     (metadata,) = [rule for rule in policy["egress"] if "to" in rule]
     assert metadata == {"to": [{"ipBlock": {"cidr": "100.100.100.200/32"}}], "ports": [{"port": 80, "protocol": "TCP"}]}
-    assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == [8080]
+    assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == [ports["http"], ports["internal"]]
 
 
 @pytest.mark.parametrize("directory", [DEPLOY, OVERLAYS / "cronjob", OVERLAYS / "postgres"], ids=lambda p: p.name)

@@ -453,10 +453,12 @@ def test_the_servicemonitor_scrapes_the_services_metrics_port() -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics"
     (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
-    # the Service's port leads to the container port the service listens on, which the NetworkPolicy lets in
+    # the Service's port leads to the container port the service serves /metrics on (service.internal_port: the
+    # public port answers it 404), which the NetworkPolicy lets in
     (container,) = base_doc("Deployment")["spec"]["template"]["spec"]["containers"]
     (container_port,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
-    assert str(container_port["containerPort"]) == container["args"][container["args"].index("--port") + 1]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert str(container_port["containerPort"]) == env["MIRROR_SERVICE__INTERNAL_PORT"]
     ingress = [p["port"] for rule in base_doc("NetworkPolicy")["spec"]["ingress"] for p in rule["ports"]]
     assert container_port["containerPort"] in ingress
 

@@ -63,6 +63,11 @@ class Service:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def readiness_url(self) -> str:
+        """Where /readyz answers: the public port, unless `service.internal_port` moves it."""
+        return self.url
+
     def start(self) -> None:
         """Start and wait until ready; on a port another process took between our pick and the bind, again on
         a fresh one (tests reach the service through `url`)."""
@@ -89,7 +94,7 @@ class Service:
             if self.process.poll() is not None:
                 return False
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.readiness_url}/readyz", timeout=1).status_code == 200:
                     return True
             except httpx.TransportError:
                 pass

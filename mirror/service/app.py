@@ -14,7 +14,6 @@ import datetime
 import functools
 import logging
 import re
-import socket
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -44,9 +43,9 @@ from mirror.service.hooks import (
 from mirror.service.metrics import Metrics, StoreSuccess
 from mirror.service.runner import JobRunner
 from mirror.service.scheduler import missed_tick, start_scheduler
-from mirror.service.server import Doors, run
+from mirror.service.server import Doors, ListenError, PortSplit, listen, run
 from mirror.service.store import KINDS, MAX_ERROR_CHARS, STATES, UNFINISHED, JobStore, QueueFull, UnknownJob
-from mirror.settings import ConfigError, MirrorSettings, load_settings
+from mirror.settings import ConfigError, MirrorSettings, ServiceSettings, load_settings
 from mirror.untrusted import clip, is_number
 
 log = logging.getLogger("mirror.service")
@@ -389,8 +388,15 @@ def create_app(settings: MirrorSettings) -> Starlette:
         Route("/readyz", readyz),
         Route("/metrics", metrics),
     ]
-    doors = [Middleware(Doors, body_seconds=settings.service.body_seconds)]
-    return Starlette(routes=routes, middleware=doors, lifespan=lifespan)
+    return Starlette(routes=routes, middleware=_doors(settings.service), lifespan=lifespan)
+
+
+def _doors(service: ServiceSettings) -> list[Middleware]:
+    """What every request passes first: which port answers which paths, then the body's deadline and errors."""
+    return [
+        Middleware(PortSplit, internal_port=service.internal_port),
+        Middleware(Doors, body_seconds=service.body_seconds),
+    ]
 
 
 def _start_schedule(app: Starlette) -> list[asyncio.Future[None]]:
@@ -463,15 +469,20 @@ def serve(config: Path | None, host: str, port: int) -> int:
     if not 0 < port < 65536:
         log.error("--port %d: expected 1-65535", port)
         return 2
-    try:  # a port that is taken or not ours to bind: one line, not uvicorn's traceback
-        with socket.create_server((host, port), reuse_port=False):
-            pass
-    except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+    internal = settings.service.internal_port
+    if internal == port:
+        log.error("service.internal_port %d is --port too: give the probes and /metrics a port of their own", port)
+        return 2
+    try:  # bound here, then served: a port that is taken or not ours to bind is one line, not uvicorn's traceback
+        listening = listen(host, port, internal)
+    except ListenError as exc:
+        log.error("%s", exc)
         return 2
     problem = nothing_to_serve(settings) or unusable_proxy() or unusable_state(settings)
     if problem is not None:
         log.error("%s", problem)
+        for each in listening:
+            each.close()
         return 2
-    run(create_app(settings), settings.service, host, port)
+    run(create_app(settings), settings.service, listening)
     return 0

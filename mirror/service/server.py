@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import socket
 import traceback
 
 import h11
@@ -25,20 +26,63 @@ MAX_HEADER_BYTES = 16 * 1024  # a request line and headers past this are answere
 log = logging.getLogger("mirror.service")
 
 
-def run(app: ASGIApp, service: ServiceSettings, host: str, port: int) -> None:
-    uvicorn.run(
+INTERNAL_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+
+
+class ListenError(Exception):
+    """A port that cannot be listened on, in one line."""
+
+
+def listen(host: str, port: int, internal_port: int | None) -> list[socket.socket]:
+    """The public port's socket, and the internal port's where one is set, bound and listening."""
+    listening: list[socket.socket] = []
+    for each in (port, internal_port):
+        if each is None:
+            continue
+        try:
+            listening.append(socket.create_server((host, each), reuse_port=False))
+        except OSError as exc:
+            for bound in listening:
+                bound.close()
+            raise ListenError(f"cannot listen on {host}:{each}: {exc.strerror or exc}") from None
+    return listening
+
+
+def run(app: ASGIApp, service: ServiceSettings, sockets: list[socket.socket]) -> None:
+    config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         log_config=None,
         access_log=False,
         http=header_deadline_protocol(service.header_seconds),
         ws="none",  # no route speaks WebSocket
         timeout_keep_alive=math.ceil(service.keepalive_seconds),
         # uvicorn answers 503 once its connections (this one included) reach the limit: max_connections are served
+        # on both ports together, so a crowded pod is unready (readiness is HTTP; liveness reads a file)
         limit_concurrency=service.max_connections + 1,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
+    uvicorn.Server(config).run(sockets=sockets)
+
+
+class PortSplit:
+    """With `service.internal_port` set, the probes and /metrics answer there only, and nothing else does: each
+    port answers 404 for the other's paths (the port a request came in on is the server's address in its scope)."""
+
+    def __init__(self, app: ASGIApp, internal_port: int | None) -> None:
+        self.app = app
+        self.internal_port = internal_port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.internal_port is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        server = scope.get("server") or (None, None)
+        on_internal = server[1] == self.internal_port
+        if (scope["path"] in INTERNAL_PATHS) != on_internal:
+            where = "the internal port" if not on_internal else f"the public port, not {self.internal_port}"
+            await JSONResponse({"error": f"not found here: served on {where}"}, status_code=404)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def header_deadline_protocol(seconds: float) -> type[H11Protocol]:

@@ -132,6 +132,9 @@ class ServiceSettings(Section):
     secure_cookie: Literal["auto", "always", "never"] = "auto"
     # touched every few seconds while the service runs: a liveness probe reads its age (deploy/base)
     heartbeat_file: Path | None = None
+    # /metrics, /healthz and /readyz on this port only, and nothing else there: for Prometheus and the kubelet,
+    # off the public port an Ingress sends webhooks and people to (metrics name targets, images, the pull budget)
+    internal_port: int | None = Field(default=None, ge=1, le=65535)
 
     _strong = strong_secrets("api_token")
     _one_token = inline_or_file("service api token", "api_token")
