@@ -40,7 +40,8 @@ ENV MIRROR_CONFIG=/etc/mirror/mirror.yaml \
     PYTHONUNBUFFERED=1
 WORKDIR /var/lib/mirror
 USER 10001:10001
-EXPOSE 8080
+# 8080: webhooks, the job API, the status page; 9090: /metrics and /readyz where service.internal_port sets it
+EXPOSE 8080 9090
 # Liveness and readiness come from Kubernetes probes (the heartbeat file's age, service.heartbeat_file; /readyz),
 # not a HEALTHCHECK.
 ENTRYPOINT ["mirror"]
