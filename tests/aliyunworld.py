@@ -1,7 +1,7 @@
 """RAM logins to an ACR Enterprise instance at Alibaba Cloud's real host names, on this machine.
 
 `python -m tests.aliyunworld DIR [--login-seconds N] [--sts-seconds N] [--slow-blobs SECONDS] [--sts-faults F]
-[--openapi-faults F] [--metadata-faults F] [--manual-namespace NAME]`, started under
+[--openapi-faults F] [--metadata-faults F] [--manual-namespace NAME] [--registry up|down]`, started under
 `unshare --net --mount` (the `aliyun_world` fixture in tests/test_aliyun_world.py does), builds a private network
 namespace in which the official SDKs (`alibabacloud-credentials`, `alibabacloud-cr20181201`) run their own request
 code against stand-ins that answer as the real services do:
@@ -28,7 +28,9 @@ code against stand-ins that answer as the real services do:
   `AccessDeniedDetail` naming it. Actions: GetAuthorizationToken, GetInstance, ListInstance, GetInstanceEndpoint,
   GetNamespace, ListNamespace, CreateNamespace, GetRepository, ListRepository, CreateRepository. Temporary
   logins (`TempUsername`/`AuthorizationToken`, `ExpireTime` in ms) last --login-seconds, never past the caller's STS
-  credentials.
+  credentials. A second instance of the account, `cri-mirrorother0002`, is there too (its namespaces and repositories
+  its own; no registry of it here): a login GetAuthorizationToken issues for it is refused by this instance's realm
+  (401, as a wrong password is; the world's guess).
 - **The Enterprise instance's registry** `mirror-test-registry.cn-hangzhou.cr.aliyuncs.com` (instance
   `cri-mirrortest0001`, namespace `hami-system` at start; `-registry-vpc` too): a real `docker-registry` behind a
   TLS front, token auth with service `registry.aliyuncs.com:cn-hangzhou:china:cri-mirrortest0001` and realm
@@ -43,8 +45,11 @@ code against stand-ins that answer as the real services do:
   order before the service answers normally): `503` (ServiceUnavailable), `500` (InternalError), `throttling`
   (Throttling.User, HTTP 400; `throttling:<ms>` adds the gateway's `x-acs-retry-after`), `502-html` (the load
   balancer's own page), `drop` (the connection closed unanswered), `stall` (no answer until the client gives up).
-  Each is recorded with its service's calls, outcome `fault:<kind>`. `--manual-namespace NAME`: a namespace whose
-  automatic repository creation is off (pushes into repositories it lacks refused 403 `DENIED`).
+  Each is recorded with its service's calls, outcome `fault:<kind>`. At the OpenAPI only, `lost`: the action is done
+  (a namespace created, a login issued), then the connection closed with its answer unsent, as when a reply is lost
+  on the way back. `--manual-namespace NAME`: a namespace whose automatic repository creation is off (pushes into
+  repositories it lacks refused 403 `DENIED`). `--registry down`: nothing listens at the registry's names (the
+  connection refused), the OpenAPI and STS answering as ever.
 - **A source registry** at `127.0.0.20:5000` (plain HTTP): `docker-registry` behind a front, seeded with a
   multi-arch `projecthami/hami:v2.10.0` (2 platforms, 3 layers of 1 MiB each, attestations); with --slow-blobs S,
   each blob GET's body is spread over S seconds.
@@ -104,6 +109,8 @@ ACCOUNT_ID = "1718023456789012"
 CLUSTER_ID = "c8a3f0e5d2b7c4a1e6f9d0b3a5c7e2f41"
 INSTANCE_ID = "cri-mirrortest0001"
 INSTANCE_NAME = "mirror-test"
+# another instance of the account, in the OpenAPI only (its registry is not here): the one a pasted id may name
+OTHER_INSTANCE_ID = "cri-mirrorother0002"
 REGISTRY = f"{INSTANCE_NAME}-registry.{REGION}.cr.aliyuncs.com"
 REGISTRY_VPC = f"{INSTANCE_NAME}-registry-vpc.{REGION}.cr.aliyuncs.com"
 SERVICE = f"registry.aliyuncs.com:{REGION}:china:{INSTANCE_ID}"
@@ -129,7 +136,8 @@ ECS_INSTANCE = "i-bp1mirrortest00001"
 METADATA_ADDRESS = ("100.100.100.200", 80)  # ECS's metadata service, here only inside the world's network namespace
 # `throttling:<ms>` asks for a wait; `pass` answers the request as ever (a fault further down the list is for a later
 # request)
-FAULT_KINDS = ("503", "500", "502-html", "throttling", "drop", "stall", "pass")
+FAULT_KINDS = ("503", "500", "502-html", "throttling", "drop", "stall", "pass", "lost")
+ACTING_FAULTS = frozenset({"lost"})  # the OpenAPI's only: the action is done, then its answer lost
 STALL_SECONDS = 300.0
 TEMP_USERNAME = "temp_user_cr"  # the form GetAuthorizationToken's documented example answers
 SOURCE_ADDRESS = ("127.0.0.20", 5000)
@@ -329,6 +337,7 @@ class Login:
     access_key_id: str
     policy: AccessKey
     expires: float
+    instance: str = INSTANCE_ID  # the instance it was issued for: another's realm refuses it
 
 
 NAME_COMPONENT = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
@@ -372,6 +381,15 @@ class AliyunWorld:
         self.stopping = threading.Event()  # set when the world stops: ends stalled answers
         self.metadata_requests: list[dict[str, Any]] = []
         self.repositories: dict[str, Repository] = {}
+        # each instance's namespaces and repositories: this world's instance's are the ones above
+        self.instance_namespaces: dict[str, dict[str, Namespace]] = {
+            INSTANCE_ID: self.namespaces,
+            OTHER_INSTANCE_ID: {},
+        }
+        self.instance_repositories: dict[str, dict[str, Repository]] = {
+            INSTANCE_ID: self.repositories,
+            OTHER_INSTANCE_ID: {},
+        }
         self.logins: dict[str, Login] = {}  # password -> login
         self.nonces: set[str] = set()
         self.secrets: dict[str, tuple[str, frozenset[tuple[str, str]]]] = {}  # value -> (kind, allowed places)
@@ -828,7 +846,7 @@ class AliyunWorld:
         instance = params.get("InstanceId")
         if not instance:
             return 400, {"Code": "MissingInstanceId", "Message": "InstanceId is mandatory for this action."}
-        if instance != INSTANCE_ID:
+        if instance not in self.instance_namespaces:
             return self._failure("INSTANCE_NOT_EXIST")
         return None
 
@@ -842,7 +860,7 @@ class AliyunWorld:
         expires = now + lifetime if key.expires is None else min(now + lifetime, key.expires)
         expire_ms = math.floor(expires * 1000)
         password = f"{_random(ALNUM, 24)}:{_random(ALNUM, 40)}"  # the documented form has a colon in it
-        login = Login(TEMP_USERNAME, password, key.principal, key.key_id, key, expire_ms / 1000)
+        login = Login(TEMP_USERNAME, password, key.principal, key.key_id, key, expire_ms / 1000, params["InstanceId"])
         with self.lock:
             self.logins[password] = login
         self.remember_secret(password, "registry_password")
@@ -857,12 +875,12 @@ class AliyunWorld:
     def get_instance(self, key: AccessKey, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
         if (refused := self._instance(params)) is not None:
             return refused
-        return 200, {"Code": "success", "IsSuccess": True, **self._instance_doc()}
+        return 200, {"Code": "success", "IsSuccess": True, **self._instance_doc(params["InstanceId"])}
 
-    def _instance_doc(self) -> dict[str, Any]:
+    def _instance_doc(self, instance: str = INSTANCE_ID) -> dict[str, Any]:
         return {
-            "InstanceId": INSTANCE_ID,
-            "InstanceName": INSTANCE_NAME,
+            "InstanceId": instance,
+            "InstanceName": INSTANCE_NAME if instance == INSTANCE_ID else "mirror-other",
             "InstanceSpecification": "Enterprise_Basic",
             "InstanceStatus": "RUNNING",
             "InstanceIssue": "",
@@ -872,9 +890,10 @@ class AliyunWorld:
         }
 
     def list_instance(self, key: AccessKey, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
-        instance = {**self._instance_doc(), "RegionId": REGION}
-        instance["CreateTime"] = instance["ModifiedTime"] = str(instance["CreateTime"])
-        return 200, {"Code": "success", "IsSuccess": True, "Instances": [instance], "PageNo": 1, "PageSize": 30}
+        instances = [{**self._instance_doc(instance), "RegionId": REGION} for instance in self.instance_namespaces]
+        for instance in instances:
+            instance["CreateTime"] = instance["ModifiedTime"] = str(instance["CreateTime"])
+        return 200, {"Code": "success", "IsSuccess": True, "Instances": instances, "PageNo": 1, "PageSize": 30}
 
     def get_instance_endpoint(self, key: AccessKey, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
         if (refused := self._instance(params)) is not None:
@@ -892,9 +911,9 @@ class AliyunWorld:
             "Domains": domains,
         }
 
-    def _namespace_doc(self, namespace: Namespace) -> dict[str, Any]:
+    def _namespace_doc(self, namespace: Namespace, instance: str = INSTANCE_ID) -> dict[str, Any]:
         return {
-            "InstanceId": INSTANCE_ID,
+            "InstanceId": instance,
             "NamespaceId": namespace.namespace_id,
             "NamespaceName": namespace.name,
             "NamespaceStatus": "NORMAL",
@@ -906,19 +925,22 @@ class AliyunWorld:
     def get_namespace(self, key: AccessKey, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
         if (refused := self._instance(params)) is not None:
             return refused
+        instance = params["InstanceId"]
+        spaces = self.instance_namespaces[instance]
         with self.lock:
-            found = self.namespaces.get(params.get("NamespaceName", "")) or next(
-                (n for n in self.namespaces.values() if n.namespace_id == params.get("NamespaceId")), None
+            found = spaces.get(params.get("NamespaceName", "")) or next(
+                (n for n in spaces.values() if n.namespace_id == params.get("NamespaceId")), None
             )
         if found is None:
             return self._failure("NAMESPACE_NOT_EXIST")
-        return 200, {"Code": "success", "IsSuccess": True, **self._namespace_doc(found)}
+        return 200, {"Code": "success", "IsSuccess": True, **self._namespace_doc(found, instance)}
 
     def list_namespace(self, key: AccessKey, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
         if (refused := self._instance(params)) is not None:
             return refused
+        instance = params["InstanceId"]
         with self.lock:
-            names = [self._namespace_doc(n) for n in self.namespaces.values()]
+            names = [self._namespace_doc(n, instance) for n in self.instance_namespaces[instance].values()]
         if params.get("NamespaceName"):
             names = [n for n in names if n["NamespaceName"] == params["NamespaceName"]]
         page, size = int(params.get("PageNo", "1") or 1), int(params.get("PageSize", "30") or 30)
@@ -940,18 +962,19 @@ class AliyunWorld:
         repo_type = params.get("DefaultRepoType", "PRIVATE").upper()
         if repo_type not in ("PUBLIC", "PRIVATE"):
             return self._failure("PARAM_INVALID")
+        spaces = self.instance_namespaces[params["InstanceId"]]
         with self.lock:
-            if name in self.namespaces:
+            if name in spaces:
                 return self._failure("NAMESPACE_ALREADY_EXIST")
             auto = params.get("AutoCreateRepo", "true").lower() == "true"
-            self.namespaces[name] = Namespace(
+            spaces[name] = Namespace(
                 name, "crn-" + _random(ALNUM, 16).lower(), auto, repo_type, created_by=key.principal
             )
         return 200, {"Code": "success", "IsSuccess": True}
 
-    def _repository_doc(self, repo: Repository) -> dict[str, Any]:
+    def _repository_doc(self, repo: Repository, instance: str = INSTANCE_ID) -> dict[str, Any]:
         return {
-            "InstanceId": INSTANCE_ID,
+            "InstanceId": instance,
             "RepoId": repo.repo_id,
             "RepoName": repo.name,
             "RepoNamespaceName": repo.namespace,
@@ -968,21 +991,24 @@ class AliyunWorld:
     def get_repository(self, key: AccessKey, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
         if (refused := self._instance(params)) is not None:
             return refused
+        instance = params["InstanceId"]
+        repositories = self.instance_repositories[instance]
         with self.lock:
-            repo = self.repositories.get(f"{params.get('RepoNamespaceName')}/{params.get('RepoName')}") or next(
-                (r for r in self.repositories.values() if r.repo_id == params.get("RepoId")), None
+            repo = repositories.get(f"{params.get('RepoNamespaceName')}/{params.get('RepoName')}") or next(
+                (r for r in repositories.values() if r.repo_id == params.get("RepoId")), None
             )
         if repo is None:
             return self._failure("REPO_NOT_EXIST")
-        return 200, {"Code": "success", "IsSuccess": True, **self._repository_doc(repo)}
+        return 200, {"Code": "success", "IsSuccess": True, **self._repository_doc(repo, instance)}
 
     def list_repository(self, key: AccessKey, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
         if (refused := self._instance(params)) is not None:
             return refused
+        instance = params["InstanceId"]
         with self.lock:
             repos = [
-                self._repository_doc(r)
-                for r in self.repositories.values()
+                self._repository_doc(r, instance)
+                for r in self.instance_repositories[instance].values()
                 if params.get("RepoNamespaceName") in (None, "", r.namespace)
             ]
         page, size = int(params.get("PageNo", "1") or 1), int(params.get("PageSize", "30") or 30)
@@ -1003,16 +1029,18 @@ class AliyunWorld:
         summary_ok = 0 < len(params.get("Summary", "")) <= 80  # required, as the API and its terraform resource have it
         if not NAME_COMPONENT.match(name) or repo_type not in ("PUBLIC", "PRIVATE") or not summary_ok:
             return self._failure("PARAM_INVALID")
+        instance = params["InstanceId"]
+        repositories = self.instance_repositories[instance]
         with self.lock:
-            if namespace not in self.namespaces:
+            if namespace not in self.instance_namespaces[instance]:
                 return self._failure("NAMESPACE_NOT_EXIST")
-            if f"{namespace}/{name}" in self.repositories:
+            if f"{namespace}/{name}" in repositories:
                 return self._failure("REPO_ALREADY_EXIST")
             repo = Repository(
                 namespace, name, "crr-" + _random(ALNUM, 16).lower(), repo_type, params.get("Summary", "")
             )
             repo.created_by = key.principal
-            self.repositories[f"{namespace}/{name}"] = repo
+            repositories[f"{namespace}/{name}"] = repo
         return 200, {"Code": "success", "IsSuccess": True, "RepoId": repo.repo_id}
 
     ACTIONS: Mapping[str, Callable[[AliyunWorld, AccessKey, Mapping[str, str]], tuple[int, dict[str, Any]]]] = {
@@ -1050,8 +1078,8 @@ class AliyunWorld:
             record["user"] = user
             with self.lock:
                 found = self.logins.get(password)
-            if found is None or found.username != user:
-                record["credential"] = "unknown"
+            if found is None or found.username != user or found.instance != INSTANCE_ID:
+                record["credential"] = "unknown"  # another instance's login is refused as a wrong password
             elif time.time() >= found.expires:
                 record["credential"] = "expired"
                 record["principal"] = found.principal
@@ -1148,6 +1176,9 @@ class AliyunWorld:
                     for login in self.logins.values()
                 ],
                 "namespaces": {name: asdict(space) for name, space in self.namespaces.items()},
+                "other_instance_namespaces": {
+                    name: asdict(space) for name, space in self.instance_namespaces[OTHER_INSTANCE_ID].items()
+                },
                 "repositories": {name: asdict(repo) for name, repo in self.repositories.items()},
                 "leaks": list(self.leaks),
                 "secrets_issued": sorted(self.secrets),
@@ -1254,7 +1285,14 @@ def openapi_handler(world: AliyunWorld) -> type[http.server.BaseHTTPRequestHandl
         def _answer(self) -> None:
             body = self.read_body()
             world.inspect("openapi", self.host(), self.command, self.path, self.headers, body)
-            if (fault := world.next_fault("openapi")) is not None:
+            fault = world.next_fault("openapi")
+            if fault in ACTING_FAULTS:  # done at ACR, the answer lost on its way back
+                with world.lock:  # held throughout: the last call recorded is this one
+                    world.openapi(self.host(), self.command, self.path, self.headers, body)
+                    world.openapi_calls[-1]["outcome"] = f"fault:{fault}"
+                self.close_connection = True
+                return
+            if fault is not None:
                 record = {
                     "host": self.host(),
                     "action": self.headers.get("x-acs-action"),
@@ -1476,13 +1514,15 @@ def rotate_tokens(world: AliyunWorld, stop: threading.Event) -> None:
         world.write_tokens()
 
 
-def _fault_list(text: str) -> list[str]:
-    """`503,throttling:1500,drop` as a list, each kind checked."""
+def _fault_list(text: str, service: str) -> list[str]:
+    """`503,throttling:1500,drop` as a list, each kind checked (`lost` at the OpenAPI only)."""
     kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
     for kind in kinds:
         name, _, wait = kind.partition(":")
         if name not in FAULT_KINDS or (wait and not (name == "throttling" and wait.isdigit())):
             raise SystemExit(f"unknown fault {kind!r}: one of {', '.join(FAULT_KINDS)}, or throttling:<ms>")
+        if name in ACTING_FAULTS and service != "openapi":
+            raise SystemExit(f"fault {kind!r} is the OpenAPI's only")
     return kinds
 
 
@@ -1504,7 +1544,8 @@ def main(arguments: argparse.Namespace) -> None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     faults = {
-        service: _fault_list(getattr(arguments, f"{service}_faults")) for service in ("sts", "openapi", "metadata")
+        service: _fault_list(getattr(arguments, f"{service}_faults"), service)
+        for service in ("sts", "openapi", "metadata")
     }
     world = AliyunWorld(
         directory, login_seconds, arguments.sts_seconds, arguments.slow_blobs, faults, arguments.manual_namespace
@@ -1519,13 +1560,15 @@ def main(arguments: argparse.Namespace) -> None:
         stack.callback(instance.stop)
         source = start_registry(directory / "source")
         stack.callback(source.stop)
-        for handler, address in (
+        servers = [
             (sts_handler(world), STS_HOSTS[0]),
             (openapi_handler(world), CR_HOSTS[0]),
             (realm_handler(world), REALM_HOST),
             (oidc_handler(world), OIDC_HOST),
-            (registry_handler(world, instance), REGISTRY),
-        ):
+        ]
+        if arguments.registry == "up":
+            servers.append((registry_handler(world, instance), REGISTRY))
+        for handler, address in servers:
             stack.enter_context(http_server(handler, (HOSTS[address], 443), context))
         stack.enter_context(http_server(source_handler(world, source), SOURCE_ADDRESS))
         stack.enter_context(http_server(metadata_handler(world), METADATA_ADDRESS))
@@ -1568,6 +1611,7 @@ def main(arguments: argparse.Namespace) -> None:
             "other_subject_token_file": str(directory / "rrsa" / "other-subject-token"),
             "access_keys": access_keys,
             "instance_id": INSTANCE_ID,
+            "other_instance_id": OTHER_INSTANCE_ID,
             "registry": REGISTRY,
             "registry_vpc": REGISTRY_VPC,
             "realm": REALM,
@@ -1601,4 +1645,7 @@ if __name__ == "__main__":
     for service in ("sts", "openapi", "metadata"):
         parser.add_argument(f"--{service}-faults", default="", help=f"what {service}'s first requests meet, in order")
     parser.add_argument("--manual-namespace", help="a namespace whose automatic repository creation is off")
+    parser.add_argument(
+        "--registry", choices=("up", "down"), default="up", help="down: nothing answers at the registry's names"
+    )
     main(parser.parse_args())

@@ -1,8 +1,9 @@
 """A temporary ACR login from a RAM identity, through the official SDKs: `alibabacloud-credentials` finds the
-identity (RRSA's OIDC token exchanged at STS, an AccessKey pair, the CLI's profile, an ECS instance's RAM role),
-and ACR's OpenAPI (`alibabacloud-cr20181201`, GetAuthorizationToken) turns it into a registry username and
-password that last an hour, or as long as the STS credentials behind them. The registry's token realm then takes
-them as it takes a stored password; `registry/auth.py` asks again before they lapse.
+identity (RRSA's OIDC token exchanged at STS, an AccessKey pair, the CLI's profile, an ECS instance's RAM role;
+`default` picks one by what the environment holds, in the library's order, and keeps to it), and ACR's OpenAPI
+(`alibabacloud-cr20181201`, GetAuthorizationToken) turns it into a registry username and password that last an
+hour, or as long as the STS credentials behind them. The registry's token realm then takes them as it takes a
+stored password; `registry/auth.py` asks again before they lapse.
 
 The SDKs are synchronous: each call runs in a worker thread, under the configured timeout (the SDKs' own read and
 connect timeouts too, STS's and the ECS metadata service's included). The SDKs do not retry, and the login runs above
@@ -97,6 +98,18 @@ class LoginOptions:
         return self.endpoint or f"cr.{self.region}.aliyuncs.com"
 
 
+def default_identity(environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """The identity `credentials: default` stands for, in the official chain's order: the AccessKey variables,
+    else RRSA's three; None for the rest of the chain (CLI profile, credentials file, ECS RAM role, credentials
+    URI). Chosen by what the environment holds, never by which call answers: the library's chain moves on past
+    any failure, so one 503 at STS would log in as the node's ECS role instead."""
+    if all(environ.get(name) for name in ACCESS_KEY_VARIABLES):
+        return "access_key"
+    if all(environ.get(name) for name in RRSA_VARIABLES):
+        return "oidc_role_arn"
+    return None
+
+
 def credential_problem(choice: str, environ: dict[str, str] | os._Environ[str]) -> str | None:
     """Why the chosen identity cannot be found in this environment, or None. Checked when the config loads,
     without a network call: the ECS RAM role is the one source only a call can prove."""
@@ -134,16 +147,13 @@ class AcrLogin:
     options: LoginOptions
     _client: Any = field(default=None, repr=False)  # the ACR client: it holds the credentials client (STS cache)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _chain: RestOfChain | None = field(default=None, repr=False)  # `default` past AccessKeys and RRSA
+    _default_choice: str | None = field(default=None, repr=False)  # what `default` resolved to, when it has
     instance: str | None = None  # the Enterprise instance, once a login named it
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, repr=False)  # between tries
 
     async def __call__(self, service: str | None) -> Credentials:
-        instance = self.options.instance_id or instance_of(service)
-        if instance is None:
-            raise LoginError(
-                f"ACR login for {self.options.host}: no Enterprise instance id (the registry's challenge names "
-                f"none, service {service!r}); set registries.{self.options.host}.aliyun.instance_id"
-            )
+        instance = self.instance_for(service)
         async with self._lock:  # one login at a time for the host: concurrent requests wait for it
             body = await self.call(lambda: self._get_token(instance))
             self.instance = instance
@@ -153,10 +163,35 @@ class AcrLogin:
         return Credentials(
             str(body.temp_username),
             str(body.authorization_token),
-            origin=f"ACR GetAuthorizationToken ({self.options.credentials} identity)",
+            origin=f"ACR GetAuthorizationToken ({self.identity_used()})",
             expires_at=expires,
             issued_at=time.time(),
         )
+
+    def instance_for(self, service: str | None) -> str:
+        """The Enterprise instance to log in to: the configured one, the one the registry's challenge names, and
+        never the first when the second contradicts it (a pasted id of the account's other instance)."""
+        configured, challenged = self.options.instance_id, instance_of(service)
+        setting = f"registries.{self.options.host}.aliyun.instance_id"
+        if configured and challenged and configured != challenged:
+            raise LoginError(
+                f"ACR login for {self.options.host}: the registry's token challenge names instance {challenged}, "
+                f"but {setting} is {configured}: correct it (or remove it: the challenge names the instance)"
+            )
+        instance = configured or challenged
+        if instance is None:
+            raise LoginError(
+                f"ACR login for {self.options.host}: no Enterprise instance id (the registry's challenge names "
+                f"none, service {service!r}); set {setting}"
+            )
+        return instance
+
+    def identity_used(self) -> str:
+        """The identity the login stands on, for messages: `default` says which one it resolved to."""
+        choice = self.options.credentials
+        if choice != "default":
+            return f"{choice} identity"
+        return f"default identity: {self._resolved or 'not resolved yet'}"
 
     def refused(self, action: str, instance: str, code: object) -> LoginError:
         """ACR's refusal of `action` (an answer whose IsSuccess is false, or an error) as one line naming its code."""
@@ -184,29 +219,27 @@ class AcrLogin:
             quiet_sdk_logs()
         return self._client
 
+    @property
+    def _resolved(self) -> str | None:
+        return self._chain.used if self._chain is not None else self._default_choice
+
     def _identity(self) -> Any:
+        """The credentials client of the configured identity; `default` resolved first (`default_identity`), each
+        identity then built as when it is configured by name."""
         from alibabacloud_credentials.client import Client
-        from alibabacloud_credentials.models import Config
 
         choice, milliseconds = self.options.credentials, self.options.timeout_ms
         if choice == "default":
-            return Client(provider=default_chain(milliseconds))
-        timeouts: dict[str, Any] = {"timeout": milliseconds, "connect_timeout": milliseconds}
+            resolved = default_identity(os.environ)
+            if resolved is None:
+                self._chain = RestOfChain(rest_of_chain(milliseconds))
+                return Client(provider=self._chain)
+            choice = self._default_choice = resolved
         if choice == "oidc_role_arn":
-            config = Config(
-                type="oidc_role_arn",
-                role_arn=os.environ.get("ALIBABA_CLOUD_ROLE_ARN"),
-                oidc_provider_arn=os.environ.get("ALIBABA_CLOUD_OIDC_PROVIDER_ARN"),
-                oidc_token_file_path=os.environ.get("ALIBABA_CLOUD_OIDC_TOKEN_FILE"),
-                role_session_name="mirror",
-                sts_endpoint=os.environ.get("ALIBABA_CLOUD_STS_ENDPOINT") or None,  # RRSA's webhook sets the VPC one
-                **timeouts,
-            )
-        elif choice == "access_key":
-            config = access_key_config()
-        else:
-            config = Config(type="ecs_ram_role", **timeouts)
-        return Client(config)
+            return Client(oidc_role_arn_config(milliseconds))
+        if choice == "access_key":
+            return Client(access_key_config())
+        return Client(provider=ecs_ram_role_provider(milliseconds))
 
     def _get_token(self, instance: str) -> Any:
         from alibabacloud_cr20181201 import models
@@ -376,29 +409,92 @@ def quiet_sdk_logs() -> None:
         logger.setLevel(logging.CRITICAL)
 
 
-def default_chain(milliseconds: int) -> Any:
-    """The official default chain, its RRSA step sent to ALIBABA_CLOUD_STS_ENDPOINT when that is set (RRSA's webhook
-    sets the VPC one), with the login's timeout: the library builds that step with no endpoint and never reads the
-    variable, so the chain would ask the public sts.aliyuncs.com. The other steps are the library's own, in its
-    order."""
-    from alibabacloud_credentials.http import HttpOptions
-    from alibabacloud_credentials.provider import DefaultCredentialsProvider, OIDCRoleArnCredentialsProvider
+def oidc_role_arn_config(milliseconds: int) -> Any:
+    """RRSA's identity: the variables ACK's webhook injects, exchanged at ALIBABA_CLOUD_STS_ENDPOINT when that is
+    set (the webhook sets the VPC one; the library never reads it), with the login's timeout."""
+    from alibabacloud_credentials.models import Config
 
-    chain = DefaultCredentialsProvider()
-    endpoint = os.environ.get("ALIBABA_CLOUD_STS_ENDPOINT")
-    if not endpoint:
-        return chain
-    steps = getattr(chain, "_DefaultCredentialsProvider__providers_chain", None)  # no public way to reach the step
-    if not isinstance(steps, list):
-        raise LoginError(
-            "this alibabacloud-credentials builds its default chain where ALIBABA_CLOUD_STS_ENDPOINT cannot reach it; "
-            "use credentials: oidc_role_arn (which passes it on)"
-        )
+    return Config(
+        type="oidc_role_arn",
+        role_arn=os.environ.get("ALIBABA_CLOUD_ROLE_ARN"),
+        oidc_provider_arn=os.environ.get("ALIBABA_CLOUD_OIDC_PROVIDER_ARN"),
+        oidc_token_file_path=os.environ.get("ALIBABA_CLOUD_OIDC_TOKEN_FILE"),
+        role_session_name="mirror",
+        sts_endpoint=os.environ.get("ALIBABA_CLOUD_STS_ENDPOINT") or None,
+        timeout=milliseconds,
+        connect_timeout=milliseconds,
+    )
+
+
+def ecs_ram_role_provider(milliseconds: int) -> Any:
+    """The ECS instance's RAM role from the metadata service, with the login's timeouts and no refresh thread: by
+    default the library's provider starts a scheduler thread that never stops, and `mirror serve` makes a login
+    per job. Without it, credentials past their time are fetched again when next asked for."""
+    from alibabacloud_credentials.http import HttpOptions
+    from alibabacloud_credentials.provider import EcsRamRoleCredentialsProvider
+
     timeouts = HttpOptions(connect_timeout=milliseconds, read_timeout=milliseconds)
-    for index, step in enumerate(steps):
-        if isinstance(step, OIDCRoleArnCredentialsProvider):
-            steps[index] = OIDCRoleArnCredentialsProvider(sts_endpoint=endpoint, http_options=timeouts)
-    return chain
+    return EcsRamRoleCredentialsProvider(http_options=timeouts, async_update_enabled=False)
+
+
+def rest_of_chain(milliseconds: int) -> list[tuple[str, Any]]:
+    """The official default chain past AccessKeys and RRSA, in its order, each step named: the CLI's profile, the
+    credentials file, the ECS RAM role (unless ALIBABA_CLOUD_ECS_METADATA_DISABLED), a credentials URI (when
+    ALIBABA_CLOUD_CREDENTIALS_URI is set), the last two with the login's timeouts."""
+    from alibabacloud_credentials.http import HttpOptions
+    from alibabacloud_credentials.provider import (
+        CLIProfileCredentialsProvider,
+        ProfileCredentialsProvider,
+        URLCredentialsProvider,
+    )
+    from alibabacloud_credentials.utils import auth_util  # the switches as the library read them, at its import
+
+    steps: list[tuple[str, Any]] = [
+        ("cli_profile", CLIProfileCredentialsProvider()),
+        ("credentials_file", ProfileCredentialsProvider()),
+    ]
+    if auth_util.environment_ecs_metadata_disabled.lower() != "true":
+        steps.append(("ecs_ram_role", ecs_ram_role_provider(milliseconds)))
+    if auth_util.environment_credentials_uri:
+        timeouts = HttpOptions(connect_timeout=milliseconds, read_timeout=milliseconds)
+        steps.append(("credentials_uri", URLCredentialsProvider(http_options=timeouts)))
+    return steps
+
+
+class RestOfChain:
+    """The rest of the default chain as a credentials provider: the first step that gives credentials is kept (as
+    the library keeps it) and named (`used`), for the login's messages."""
+
+    def __init__(self, steps: list[tuple[str, Any]]) -> None:
+        self.steps = steps
+        self.used: str | None = None
+        self._chosen: Any = None
+
+    def get_credentials(self) -> Any:
+        if self._chosen is not None:
+            return self._chosen.get_credentials()
+        failures = []
+        for name, step in self.steps:
+            try:
+                credentials = step.get_credentials()
+            except Exception as exc:  # this step has no identity here: the next one is asked, as the library does
+                failures.append(f"{name}: {exc}")
+                continue
+            self._chosen, self.used = step, name
+            return credentials
+        from alibabacloud_credentials.exceptions import CredentialException
+
+        raise CredentialException(
+            "no identity for credentials: default (no AccessKey variables, no RRSA variables; "
+            + "; ".join(failures)
+            + ")"
+        )
+
+    async def get_credentials_async(self) -> Any:
+        return await asyncio.to_thread(self.get_credentials)
+
+    def get_provider_name(self) -> str:
+        return "default"
 
 
 def scrubbed(text: str) -> str:

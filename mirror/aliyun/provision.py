@@ -22,6 +22,8 @@ log = logging.getLogger("mirror")
 NAMESPACE_MISSING = frozenset({"NAMESPACE_NOT_EXIST"})
 REPOSITORY_MISSING = frozenset({"REPO_NOT_EXIST"})  # GetRepository's answer for a repository not there
 REPOSITORY_THERE = frozenset({"REPO_ALREADY_EXIST"})  # made meanwhile (another run): what was wanted
+# made meanwhile: by an earlier try whose answer was lost (the login tries a passing failure again), or another run
+NAMESPACE_THERE = frozenset({"NAMESPACE_ALREADY_EXIST"})
 LOOKUPS_AT_ONCE = 4  # GetRepository calls in flight: each holds a worker thread, and the OpenAPI throttles bursts
 REPOSITORY_SUMMARY = "Mirrored by mirror"  # CreateRepository requires a summary (1 to 80 characters)
 
@@ -46,9 +48,7 @@ async def ensure_namespace(
     where = f"namespace {namespace} on {login.options.host} ({instance})"
     found = await _namespace(login, instance, namespace)
     if found is not None:
-        if getattr(found, "auto_create_repo", None) is not False:
-            return NamespaceState(f"{where}: present")
-        return NamespaceState(f"{where}: present, repositories not created on push", creates_on_push=False)
+        return _found(where, found, "present")
     if dry_run:
         return NamespaceState(f"{where}: missing; would be created" if provision else f"{where}: missing")
     if not provision:
@@ -58,8 +58,17 @@ async def ensure_namespace(
             f"(aliyun cr CreateNamespace --InstanceId {instance} --NamespaceName {namespace} --AutoCreateRepo true "
             f"--DefaultRepoType PRIVATE), or let mirror do it: registries.{login.options.host}.aliyun.provision: true"
         )
-    await _create(login, instance, namespace)
+    if not await _create(login, instance, namespace):
+        there = await _namespace(login, instance, namespace)  # as it was made: another run's may differ
+        return _found(where, there, "created") if there is not None else NamespaceState(f"{where}: created")
     return NamespaceState(f"{where}: created (repositories created on push, private)")
+
+
+def _found(where: str, found: Any, how: str) -> NamespaceState:
+    """The state of a namespace GetNamespace answered for, `how` it came to be there."""
+    if getattr(found, "auto_create_repo", None) is not False:
+        return NamespaceState(f"{where}: {how}")
+    return NamespaceState(f"{where}: {how}, repositories not created on push", creates_on_push=False)
 
 
 _NO_AUTO_CREATE = "its automatic repository creation is off: the registry refuses a push into a repository not there"
@@ -172,12 +181,21 @@ async def _looked_up(
     return body
 
 
-async def _create(login: AcrLogin, instance: str, namespace: str) -> None:
+async def _create(login: AcrLogin, instance: str, namespace: str) -> bool:
+    """True when this call made the namespace; False when ACR says it is already there."""
     from alibabacloud_cr20181201 import models
 
     request = models.CreateNamespaceRequest(
         instance_id=instance, namespace_name=namespace, auto_create_repo=True, default_repo_type="PRIVATE"
     )
-    body: Any = await login.call(lambda: login.client().create_namespace(request).body)
+    try:
+        body: Any = await login.call(lambda: login.client().create_namespace(request).body)
+    except LoginError as exc:
+        if exc.code in NAMESPACE_THERE:
+            return False
+        raise
     if getattr(body, "is_success", True) is False:
+        if body.code in NAMESPACE_THERE:
+            return False
         raise login.refused(f"CreateNamespace {namespace}", instance, body.code)
+    return True

@@ -3,14 +3,13 @@ in to with a RAM identity (`registries.<host>.aliyun`), found, created, or expla
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING
 
 from mirror.engine.clients import Clients
 from mirror.engine.jobs import ReleaseJob
 from mirror.progress import Progress
 from mirror.reference import api_host
-from mirror.registry import RegistryError, RegistryUnreachable
+from mirror.registry import RegistryError
 from mirror.registry.credentials import CredentialError
 from mirror.settings import MirrorSettings, TargetSettings
 
@@ -31,8 +30,13 @@ async def prepare_namespaces(
 
         login = clients.login(target.registry)
         assert isinstance(login, AcrLogin)
-        instance = login_settings.instance_id or await _instance(clients, target, jobs, login)
         provision = login_settings.provision
+        instance = login_settings.instance_id
+        # with provision, a configured id is checked against the registry's own before anything is created on it
+        if instance is None or (provision and not dry_run):
+            instance = await _instance(clients, target, jobs, login) or instance
+        if instance is None:
+            raise CredentialError(f"{target.registry}: no Enterprise instance id known; set aliyun.instance_id")
         state = await ensure_namespace(login, instance, target.namespace, provision, dry_run)
         progress.event(state.note)
         if not state.creates_on_push:
@@ -56,15 +60,21 @@ def repositories_at(settings: MirrorSettings, target: TargetSettings, jobs: list
     return list(dict.fromkeys(names))
 
 
-async def _instance(clients: Clients, target: TargetSettings, jobs: list[ReleaseJob], login: AcrLogin) -> str:
+async def _instance(clients: Clients, target: TargetSettings, jobs: list[ReleaseJob], login: AcrLogin) -> str | None:
     """The instance the registry names in its challenge: learned by the login its first request makes (a HEAD of
-    a tag this run asks for anyway)."""
+    a tag this run asks for anyway), which refuses an `instance_id` the challenge contradicts. A registry out of
+    reach is said as itself (RegistryUnreachable); an error it answered with is said beside the want of an
+    instance id only when no login came of it and none is configured."""
     job = next((image for release in jobs for image in release.images), None)
-    if job is not None:
-        ref = next(r for r in job.targets if r.name == target.name)
-        with contextlib.suppress(RegistryError, RegistryUnreachable):  # a missing namespace may refuse it: the
-            await clients[api_host(target.registry)].head_manifest(ref.repository.name, job.tag)  # login came first
-    instance = login.instance
-    if instance is None:
-        raise CredentialError(f"{target.registry}: no Enterprise instance id known; set aliyun.instance_id")
-    return instance
+    if job is None:
+        return login.instance
+    ref = next(r for r in job.targets if r.name == target.name)
+    try:
+        await clients[api_host(target.registry)].head_manifest(ref.repository.name, job.tag)
+    except RegistryError as exc:  # a missing namespace may refuse it: the login came first
+        if login.instance is None and login.options.instance_id is None:
+            raise CredentialError(
+                f"{target.registry}: no Enterprise instance id known (the registry answered {exc}); "
+                "set aliyun.instance_id"
+            ) from None
+    return login.instance
