@@ -8,6 +8,7 @@ import fcntl
 import hashlib
 import hmac
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -626,6 +627,24 @@ def test_select_versions_filters_and_keeps_the_newest() -> None:
         "v2.10.0",
         "v2.11.0-rc.1",
     ]
+
+
+def test_a_release_candidate_whose_release_is_out_takes_no_place_among_the_newest() -> None:
+    """With pre-releases on and `newest: 3`, v2.10.0's candidates took two of the three places, v2.9.0 and v2.8.0
+    dropped, and the finished candidates were verified and given values on every run."""
+    tags = ["v2.8.0", "v2.9.0", "v2.10.0-rc.1", "v2.10.0-rc.2", "v2.10.0", "v2.11.0-rc.1"]
+    selected = select_versions(tags, DiscoverySettings(versions=">=2.7.0", newest=3, prereleases=True))
+    assert selected == ["v2.9.0", "v2.10.0", "v2.11.0-rc.1"]
+
+
+def test_releases_older_than_the_values_schema_are_left_out_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A filter that lets v2.6.1 in made every discovery run exit 2 (the version refused as bad input), nothing
+    mirrored and nothing posted: it is left out, said once, and the rest go on."""
+    tags = ["v2.5.0", "v2.6.1", "v2.10.0"]
+    with caplog.at_level(logging.WARNING, logger="mirror"):
+        assert select_versions(tags, DiscoverySettings(versions=">=2.6.0", newest=0)) == ["v2.10.0"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("discovery: v2.6.1 left out: HAMi charts before 2.7.0") and "v2.5.0" not in warning
 
 
 def test_sync_discover_mirrors_exactly_the_selected_releases(

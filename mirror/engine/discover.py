@@ -3,6 +3,8 @@ version filter (`>=2.7.0,<3`) and "newest N"."""
 
 from __future__ import annotations
 
+import logging
+
 from mirror.chart.source import published_versions
 from mirror.engine.charts import chart_location, fetch_limits
 from mirror.engine.jobs import source_repository
@@ -11,6 +13,9 @@ from mirror.reference import Repository
 from mirror.registry import RegistryClient
 from mirror.release import VersionError, matches, normalise_version, parse_filter, version_key
 from mirror.settings import VERSION_PLACEHOLDER, DiscoverySettings, ImageSettings, MirrorSettings
+from mirror.values import NESTED_SCHEMA_SINCE
+
+log = logging.getLogger("mirror")
 
 
 class DiscoveryError(MirrorError):
@@ -20,7 +25,9 @@ class DiscoveryError(MirrorError):
 
 
 def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:
-    """Tags that are release versions (pre-releases only when asked for), filtered, newest last."""
+    """Tags that are release versions (pre-releases only when asked for, and only until their release is out),
+    filtered, newest last. A release older than the charts mirror writes values for is left out with a warning:
+    asked for, it would stop every run (`mirror sync v2.6.1` is refused as bad input)."""
     clauses = parse_filter(discovery.versions)
     versions = set()
     for tag in tags:
@@ -34,7 +41,16 @@ def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:
             continue
         if matches(version, clauses):
             versions.add(version)
-    ordered = sorted(versions, key=version_key)
+    too_old = sorted((v for v in versions if version_key(v)[:3] < NESTED_SCHEMA_SINCE), key=version_key)
+    if too_old:
+        log.warning(
+            "discovery: %s left out: HAMi charts before 2.7.0 use the flat values schema, which mirror does not"
+            " write (narrow discovery.versions to >=2.7.0)",
+            ", ".join(too_old),
+        )
+    released = {version for version in versions if "-" not in version}
+    superseded = {version for version in versions - released if version.split("-", 1)[0] in released}
+    ordered = sorted(versions - set(too_old) - superseded, key=version_key)
     return ordered[-discovery.newest :] if discovery.newest else ordered
 
 
