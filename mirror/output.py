@@ -4,6 +4,7 @@ directory checked before a run sends its first request, so a copy is never made 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import secrets
 import shutil
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mirror.errors import Kind, MirrorError
+from mirror.leftovers import sweep
 
 MIN_FREE_BYTES = 32 * 1024 * 1024  # a delivery is a few values files and a chart archive of a few MB
 
@@ -120,6 +122,8 @@ def _rename_all(pending: list[tuple[str, Path]]) -> None:
     for _, old in undo:
         if old is not None:
             old.unlink(missing_ok=True)
+    for _, path in pending:  # what a killed write of the same file left: its temporary, its old file kept aside
+        sweep(path.parent, (f".{glob.escape(path.name)}.{'?' * 8}", f".{glob.escape(path.name)}.{'?' * 12}.old"))
 
 
 def _keep_aside(path: Path) -> Path | None:

@@ -101,6 +101,43 @@ def test_a_delivery_replaces_the_previous_files_together(tmp_path: Path) -> None
     assert sorted(p.name for p in (tmp_path / "t0").rglob("*")) == ["a.yaml", "a.yaml", "v1"]  # no temporaries
 
 
+KILLED_AT_THE_RENAME = """
+import os, signal, sys
+from pathlib import Path
+from mirror import output
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+output.os.replace = killed  # the temporary is written and flushed, the old file kept aside: then SIGKILL
+output.write_all({Path(sys.argv[1]): "three"})
+"""
+
+
+def test_what_a_killed_write_left_goes_with_the_next_write_once_it_is_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL (the OOM killer, a liveness probe) between a temporary's flush and its rename leaves it and the old
+    file's second name for good: the next write of that file removes them, once nobody has touched them for
+    LEFTOVER_SECONDS (a write under way in another process is never one)."""
+    from mirror import leftovers
+    from mirror.output import write_all
+
+    values = tmp_path / "t0" / "hami-ack-values.yaml"
+    write_all({values: "one"})
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT_THE_RENAME, str(values)], capture_output=True)
+    assert killed.returncode == -9
+    left = sorted(p.name for p in values.parent.iterdir() if p.name != values.name)
+    assert len(left) == 2 and any(name.endswith(".old") for name in left), left
+    write_all({values: "two"})  # just left: kept
+    assert sorted(p.name for p in values.parent.iterdir() if p.name != values.name) == left
+    monkeypatch.setattr(leftovers, "LEFTOVER_SECONDS", 0.0)
+    (values.parent / "notes.txt").write_text("someone else's")
+    write_all({values: "three"})
+    assert sorted(p.name for p in values.parent.iterdir()) == ["hami-ack-values.yaml", "notes.txt"]
+    assert values.read_text() == "three"
+
+
 def test_a_delivery_is_readable_as_any_file_its_user_writes(tmp_path: Path) -> None:
     """The values files are renamed from temporary files, which mkstemp makes 0600: they were readable by the
     writer's user only (a CronJob's volume read by another container, a user's shell)."""

@@ -147,6 +147,25 @@ def test_a_kept_manifest_that_does_not_hash_to_its_name_is_not_used(tmp_path: Pa
     assert ManifestCache(None).get(manifest.digest) is None
 
 
+def test_a_temporary_a_killed_write_left_in_the_state_is_cleared_by_a_later_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`.tmp-*` files a SIGKILL left among the kept manifests are removed by a later run's first write there,
+    once untouched for LEFTOVER_SECONDS; files of other names stay."""
+    from mirror import leftovers
+    from mirror.engine import statecache
+
+    kept = tmp_path / "manifests" / "sha256"
+    kept.mkdir(parents=True)
+    (kept / ".tmp-abcd1234").write_bytes(b"cut short")
+    (kept / "README").write_text("not ours")
+    monkeypatch.setattr(statecache, "_SWEPT", set())  # a new process
+    monkeypatch.setattr(leftovers, "LEFTOVER_SECONDS", 0.0)
+    ManifestCache(tmp_path).put(Manifest.parse(b'{"schemaVersion":2,"manifests":[]}'))
+    assert sorted(p.name for p in kept.iterdir() if not p.name.isalnum()) == []
+    assert (kept / "README").exists()
+
+
 def test_a_registry_without_the_referrers_api_is_asked_again_after_a_day(tmp_path: Path) -> None:
     now = 1_800_000_000.0
     notes = RegistryNotes(tmp_path, clock=now)

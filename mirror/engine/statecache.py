@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mirror.leftovers import sweep
 from mirror.oci import Manifest, ManifestError
 
 log = logging.getLogger("mirror")
@@ -32,6 +33,7 @@ MAX_NOTES_BYTES = 1024 * 1024
 MAX_TAGS_KEPT = 4000  # about 0.6 MB of tags.json
 # state_dirs a warning said could not be written: once per run (a process), and again after a write there works
 _UNWRITABLE: set[Path] = set()
+_SWEPT: set[Path] = set()  # folders cleared of what killed writes left, once a process
 
 
 class ManifestCache:
@@ -156,6 +158,9 @@ def _write_atomically(path: Path, data: bytes, state_dir: Path) -> None:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
+        if path.parent not in _SWEPT:  # once a run: the manifests' folder holds thousands of files
+            _SWEPT.add(path.parent)
+            sweep(path.parent, (".tmp-" + "?" * 8,))
     except OSError as exc:
         log.debug("state not kept at %s: %s", path, exc)
         if state_dir not in _UNWRITABLE:
