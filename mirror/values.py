@@ -13,7 +13,7 @@ import yaml
 
 from mirror.acr import vpc_host_for
 from mirror.chart.images import GLOBAL_SECRETS, ImageBlock, PullSecretPlace
-from mirror.chart.merge import deep_merge
+from mirror.chart.merge import deep_merge, without_nulls
 from mirror.output import write_all
 from mirror.release import VersionError, chart_version, version_key
 from mirror.settings import MirrorSettings, TargetSettings, ValuesSettings
@@ -106,12 +106,14 @@ def build_values(
     global.imageRegistry is not set: it would also move images nodes already pull from ACR (kube-scheduler);
     where the chart sets it, it is cleared.
     With a pull secret, it is added to `global.imagePullSecrets` and to each `imagePullSecrets` the charts have,
-    after any the user's values list there, in the form each takes (`PullSecretPlace`)."""
+    after any the user's values list there, in the form each takes (`PullSecretPlace`).
+    A key the extra sets to null is left out of the file, so the chart's own default applies (Helm would delete
+    the key, default and all, given a null)."""
     pointed_blocks = list(blocks)
     pointers = _pointers(target, pointed_blocks)
     # the extra over the pointers, then the pointers again: the file keeps the pointers' order, every other
     # setting of the extra, and each pointer wins
-    written = deep_merge(deep_merge(pointers, dict(extra)), pointers)
+    written = deep_merge(deep_merge(pointers, without_nulls(dict(extra))), pointers)
     if pull_secret:  # global: per-image pullSecrets are not honoured for every image of HAMi's chart
         for place in _with_global(list(pull_secret_places)):
             written = deep_merge(written, _nested(place.path, _secrets(written, place, pull_secret)))
@@ -231,12 +233,22 @@ def dra_rbac(settings: ValuesSettings) -> str:
 PRESENT_NAMESPACES = ("kube-system", "default")  # in every cluster: no need to make them
 
 
-def kubectl_secret_command(
-    target: TargetSettings, settings: ValuesSettings, name: str, namespace: str | None = None
-) -> str:
-    """The pull secret's kubectl line, run before `helm install`: in a namespace the install would create
-    (`--create-namespace`), the namespace is made first, as apply makes it (nothing if it is there)."""
-    namespace = namespace or settings.kube_namespace
+def secret_namespaces(proof: Proof | None, values: Mapping[str, Any], release_namespace: str) -> list[str]:
+    """Where the pull secret must be: each namespace the render puts a pod that pulls from the target in; without
+    such a render, the chart's `namespaceOverride` where the values set one (HAMi's workloads follow it), else
+    the release's namespace."""
+    if proof is not None and proof.pods:
+        return proof.secret_namespaces(release_namespace)
+    return [str(values.get("namespaceOverride") or release_namespace)]
+
+
+def kubectl_secret_command(target: TargetSettings, name: str, namespaces: Iterable[str]) -> str:
+    """The pull secret's kubectl lines, run before `helm install`, one per namespace: in a namespace that may
+    not be there yet, the namespace is made first, as apply makes it (nothing if it is there)."""
+    return " && ".join(_secret_in(target, name, namespace) for namespace in dict.fromkeys(namespaces))
+
+
+def _secret_in(target: TargetSettings, name: str, namespace: str) -> str:
     secret = (
         f"kubectl create secret docker-registry {name} -n {namespace} --docker-server={pull_registry(target)} "
         "--docker-username=<your account name> --docker-password=<your registry password>"
@@ -320,6 +332,20 @@ def _may_replace_newest(path: Path, version: str) -> bool:
     return not newer
 
 
+def _bundle(
+    directories: list[Path], file_name: str, text: str, rbac: str | None, install: ChartInstall
+) -> dict[Path, str | bytes]:
+    """Every file of one chart's values in each of its folders: the values, the RBAC file, the chart's .tgz."""
+    files: dict[Path, str | bytes] = {}
+    for directory in directories:
+        if rbac is not None:
+            files[directory / RBAC_FILE_NAME] = rbac
+        if install.archive is not None:
+            files[directory / install.archive[0]] = install.archive[1]
+        files[directory / file_name] = text
+    return files
+
+
 def write_values(
     settings: MirrorSettings,
     target: TargetSettings,
@@ -334,26 +360,21 @@ def write_values(
     chart_version_: str | None = None,
 ) -> ValuesFile:
     """Write one chart's values (the release chart's with the DRA RBAC file; the chart's .tgz when it goes
-    beside them; a warning per pod the proof found without the pull secret) to `<output_dir>/<target>/<version>/`,
+    beside them; a warning per pod the proof found without the pull secret, or in a namespace the kubectl line
+    does not create it in) to `<output_dir>/<target>/<version>/`,
     and to `<output_dir>/<target>/` for the newest release of the run, unless the file there holds a newer one.
     `spec` defaults to the release chart."""
     spec = spec or ChartSpec("hami", settings.values.release, settings.values.kube_namespace, settings.values.file_name)
     chart_version_ = chart_version_ or chart_version(version)
-    warnings = (*warnings, *(proof.secret_warnings(spec.namespace) if proof is not None else ()))
+    namespaces = secret_namespaces(proof, values, spec.namespace)
+    warnings = (*warnings, *(proof.secret_warnings(spec.namespace, namespaces) if proof is not None else ()))
     text = render_values(values, _header(spec, target, version, chart_version_, warnings))
     rbac = dra_rbac(settings.values) if spec.is_release_chart else None
     directories = _directories(settings.output_dir / target.name, version, latest, spec.file_name)
-    files: dict[Path, str | bytes] = {}
-    for directory in directories:
-        if rbac is not None:
-            files[directory / RBAC_FILE_NAME] = rbac
-        if install.archive is not None:
-            files[directory / install.archive[0]] = install.archive[1]
-        files[directory / spec.file_name] = text
-    write_all(files)  # the release's folder and the newest copy together, or neither
+    write_all(_bundle(directories, spec.file_name, text, rbac, install))  # both folders together, or neither
     path = directories[-1] / spec.file_name
     chart = str(directories[-1] / install.archive[0]) if install.archive else install.reference
-    kubectl = kubectl_secret_command(target, settings.values, pull_secret, spec.namespace) if pull_secret else None
+    kubectl = kubectl_secret_command(target, pull_secret, namespaces) if pull_secret else None
     return ValuesFile(
         target.name,
         path,

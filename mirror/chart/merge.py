@@ -16,6 +16,17 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def without_nulls(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` without the keys set to null, at any depth of mappings (lists are left as they are). In a user's
+    values Helm deletes such a key, the chart's default with it; mirror's documented meaning of a null (the
+    chart's own default) is the key left out."""
+    return {
+        key: without_nulls(value) if isinstance(value, dict) else value
+        for key, value in values.items()
+        if value is not None
+    }
+
+
 def near_misses(given: dict[str, Any], known: dict[Any, Any], at: str = "") -> list[tuple[str, str]]:
     """Keys of `given` that `known` (a chart's values) lacks but has one spelt nearly alike: (the key's dotted
     path, the path it most likely meant). A key with no near match may be one the chart reads without declaring

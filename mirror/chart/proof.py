@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from mirror.chart.images import PodPull
 from mirror.chart.render import Rendering
 from mirror.reference import ReferenceError, parse
+from mirror.untrusted import clip
 
 MIRRORED, ALLOWED, NOT_MIRRORED = "mirrored", "allowed registry", "NOT MIRRORED"
 WITH_SECRET, NO_SECRET, OTHER_FORM = "pull secret", "NO PULL SECRET", "PULL SECRET IN ANOTHER FORM"
 RESTARTABLE = ("Deployment", "DaemonSet", "StatefulSet")
+REFERENCE_SHOWN = 600  # characters of a rendered image reference in a message: more than any valid one has
+SHOWN_LINES = 10  # of the images a render left behind, named in one message (the proof lists them all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +76,28 @@ class Proof:
         the values' other form may render right."""
         return any(checked.verdict == OTHER_FORM for checked in self.pods)
 
-    def secret_warnings(self, release_namespace: str) -> list[str]:
-        """One line per pod without the pull secret: which pod, why, and the exact commands that let it pull."""
-        return [
-            _secret_warning(checked, self.pull_secret or "", release_namespace) for checked in self.pods_without_secret
-        ]
+    def secret_namespaces(self, release_namespace: str) -> list[str]:
+        """Each namespace a pod that pulls from the target runs in (the release's where its manifest names none):
+        where the pull secret must be, whatever the pod's verdict."""
+        return sorted({checked.pod.namespace or release_namespace for checked in self.pods})
+
+    def secret_warnings(self, release_namespace: str, secret_namespaces: Iterable[str] | None = None) -> list[str]:
+        """One line per pod without the pull secret: which pod, why, and the exact commands that let it pull; and,
+        given the namespaces the kubectl line creates the secret in, one per pod that runs in another."""
+        secret = self.pull_secret or ""
+        lines = [_secret_warning(checked, secret, release_namespace) for checked in self.pods_without_secret]
+        if secret_namespaces is not None:
+            covered = set(secret_namespaces)
+            for checked in self.pods:
+                if (checked.pod.namespace or release_namespace) not in covered:
+                    lines.append(_elsewhere_warning(checked.pod, secret, release_namespace))
+        return lines
 
     def failures(self) -> list[str]:
+        """Each image not mirrored, as one line of bounded length (the reference, its template and note clipped:
+        the render is untrusted); the proof's rows keep them whole."""
         return [
-            f"{i.reference} ({i.source}{': ' + i.note if i.note else ''})"
+            f"{clip(i.reference, REFERENCE_SHOWN)} ({clip(i.source)}{': ' + i.note if i.note else ''})"
             for i in self.images
             if i.verdict == NOT_MIRRORED
         ]
@@ -107,6 +123,22 @@ def _secret_warning(checked: CheckedPod, secret: str, release_namespace: str) ->
     return (
         f"{pod.workload} ({pod.source}) {why}, so its pods cannot pull from the target: after helm install, run {steps}"
     )
+
+
+def _elsewhere_warning(pod: PodPull, secret: str, release_namespace: str) -> str:
+    namespace = pod.namespace or release_namespace
+    return (
+        f"{pod.workload} ({pod.source}) runs in namespace {namespace}, where the kubectl line does not create the "
+        f"pull secret {secret}, so its pods cannot pull from the target: create it there too"
+    )
+
+
+def first_few(lines: list[str], shown: int = SHOWN_LINES) -> list[str]:
+    """The first `shown` lines and one saying how many more there were: what a message carries of a list as long
+    as a render makes it."""
+    if len(lines) <= shown:
+        return lines
+    return [*lines[:shown], f"and {len(lines) - shown} more images the rendered chart pulls from elsewhere"]
 
 
 def _entries(pod: PodPull) -> list[str]:

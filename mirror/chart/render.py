@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import re
 import resource
 import shutil
 import signal
@@ -34,6 +35,18 @@ CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 FREE_FORM = ("data", "stringData", "binaryData", "annotations", "labels")
 NOTES = "NOTES.txt"  # Helm shows any template whose name ends so, and installs none of them
 MiB = 1024 * 1024
+# An image handed to a container as text: a registry host (a dot or a port in the first component), a path, and a
+# tag or a digest; bare or after `--flag=`. Neither a URL (`https://...`: no scheme fits a host) nor a path
+# (`/etc/...`), nor `host:port` alone, nor a name without a tag.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = rf"(?:{_LABEL}(?:\.{_LABEL})+(?::[0-9]+)?|{_LABEL}:[0-9]+)"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[A-Fa-f0-9]{32,}"
+HANDED_ON_IMAGE = re.compile(
+    rf"(?:--?[A-Za-z0-9][A-Za-z0-9_.-]*=)?(?P<image>{_HOST}(?:/{_COMPONENT})+(?::{_TAG}(?:@{_DIGEST})?|@{_DIGEST}))"
+)
+HANDED_ON_CHARS = 2048  # an argument longer than this is no image reference
 # what Helm renders, per template (the binary's: all of it): kube-prometheus-stack's is about 3 MB in all, its
 # largest documents (CRDs, when a chart renders them) 1 MB, 100,000 nodes, 40 deep
 MANIFEST_YAML_LIMITS = YamlLimits(max_bytes=32 * MiB, max_depth=200, max_nodes=3_000_000)
@@ -275,13 +288,16 @@ def _installed(template: str, text: str) -> bool:
 
 def _container_images(node: Any) -> Iterator[str]:
     """The images of every container list, and every other `image` field (a custom resource's `spec.image`,
-    such as a Prometheus the operator runs), outside free-form data (ConfigMaps, annotations, labels)."""
+    such as a Prometheus the operator runs), outside free-form data (ConfigMaps, annotations, labels); and each
+    image a container is given to run elsewhere, as an argument or an environment value (`_handed_on`)."""
     if isinstance(node, dict):
         for key, child in node.items():
             if key in CONTAINER_LISTS and isinstance(child, list):
                 for container in child:
                     if isinstance(container, dict) and isinstance(container.get("image"), str):
                         yield container["image"]
+                    if isinstance(container, dict):
+                        yield from _handed_on(container)
             elif key == "image" and isinstance(child, str) and child.strip():
                 yield child
             elif key not in FREE_FORM:
@@ -289,3 +305,18 @@ def _container_images(node: Any) -> Iterator[str]:
     elif isinstance(node, list):
         for child in node:
             yield from _container_images(child)
+
+
+def _handed_on(container: dict[str, Any]) -> Iterator[str]:
+    """Images a container passes on rather than runs: prometheus-operator's `--prometheus-config-reloader=<image>`,
+    which the Prometheus pods it makes pull. An item of `command` or `args`, or an `env` value, that is an image
+    reference with a registry host and a tag or a digest, bare or as `--flag=<image>` (`HANDED_ON_IMAGE`)."""
+    texts = [item for key in ("command", "args") for item in _list(container.get(key))]
+    texts += [entry.get("value") for entry in _list(container.get("env")) if isinstance(entry, dict)]
+    for text in texts:
+        if isinstance(text, str) and len(text) <= HANDED_ON_CHARS and (found := HANDED_ON_IMAGE.fullmatch(text)):
+            yield found["image"]
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

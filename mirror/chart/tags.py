@@ -2,11 +2,11 @@
 the template: HAMi's from `global.imageTag`, dcgm-exporter's from the chart's appVersion, kube-state-metrics'
 from `v` + appVersion. `images.py` guesses the first two; real Helm knows. So the chart is rendered once with
 its default values and every subchart switched on, and each such block takes the one tag its repository is
-rendered with (`tag_check="render"`). Where the render is ambiguous, or leaves the repository out, the guess
-stands, and the render proof after the copy is still the judge. Without Helm (the values-only renderer, `auto`
-where no Helm is installed), or where Helm refuses the chart, the blocks come back unchecked: the source registry
-then settles each guess against its `v` twin (`engine/charts.py`). A render over its bounds (a template that
-loops) stops the run here, before anything is copied."""
+rendered with (`tag_check="render"`). Where the render is ambiguous, the guess stands, and the render proof after
+the copy is still the judge. Where it never shows the repository, as without Helm (the values-only renderer,
+`auto` where no Helm is installed) or where Helm refuses the chart, the block comes back unchecked: the source
+registry then settles the guess against its `v` twin (`engine/charts.py`). A render over its bounds (a template
+that loops) stops the run here, before anything is copied."""
 
 from __future__ import annotations
 
@@ -65,8 +65,10 @@ def resolve_tags(
             resolved.append(block)
         elif len(tags) == 1:  # the set is shared by the repository's blocks
             resolved.append(replace(block, tag=next(iter(tags)), tag_check="render"))
+        elif tags:
+            resolved.append(replace(block, tag_check="render"))  # ambiguous: the render proof judges the guess
         else:
-            resolved.append(replace(block, tag_check="render"))  # the render proof judges the guess
+            resolved.append(block)  # never rendered: nothing settled it (the source may, `engine/charts.py`)
     return resolved
 
 

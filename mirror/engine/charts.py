@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from mirror.chart.archive import ChartArchive, ChartError
 from mirror.chart.images import ImageBlock, image_blocks, tag_twin
+from mirror.chart.merge import without_nulls
 from mirror.chart.render import RenderRequest
 from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, published_versions
 from mirror.chart.tags import resolve_tags
@@ -67,7 +68,7 @@ async def read_chart(
     it (`chart/tags.py`, in a thread waiting on Helm's render child); where no Helm rendered it, as the source
     registry settles the guess (`settle_guessed_tags`, with the run's `clients`)."""
     assert settings.chart is not None
-    overrides = dict(spec.extra)
+    overrides = without_nulls(dict(spec.extra))  # a null: the chart's own default, as the values file leaves it
     blocks = await asyncio.to_thread(
         image_blocks, archive, settings.chart.kube_version, overrides, settings.chart.max_images
     )

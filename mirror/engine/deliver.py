@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirror.chart.images import ImageBlock, pull_secret_paths
-from mirror.chart.proof import Proof, check_rendering
+from mirror.chart.proof import REFERENCE_SHOWN, SHOWN_LINES, Proof, check_rendering, first_few
 from mirror.chart.publish import publish_chart
 from mirror.chart.render import RenderRequest, render_install
 from mirror.chart.source import oci_tag
@@ -56,18 +56,28 @@ def unverified_images(job: ReleaseJob, chart: ChartJob, result: ReleaseResult, t
 
 
 def verified_references(job: ReleaseJob, outcomes: dict[int, TargetResult], target: TargetSettings) -> set[str]:
-    """The copies verified at this target, as nodes pull them (the VPC host): by tag and by digest."""
+    """The copies verified at this target, as nodes pull them (the VPC host): by digest, and by the tag verified
+    there (`outcome.reference`'s: a pinned copy whose tag at the target holds other bytes went to a `pinned-`
+    tag, and the job's tag there is not the copy)."""
     verified = set()
     registry = pull_registry(target)
     for index, outcome in outcomes.items():
-        image = job.images[index]
-        name = f"{registry}/{target.namespace}/{image.image.name}"
-        for text in (f"{name}:{image.tag}", f"{name}@{outcome.digest}"):
+        name = f"{registry}/{target.namespace}/{job.images[index].image.name}"
+        for text in (f"{name}:{_verified_tag(outcome)}", f"{name}@{outcome.digest}"):
             try:
                 verified.add(str(parse(text)))
             except ReferenceError:
                 continue
     return verified
+
+
+def _verified_tag(outcome: TargetResult) -> str:
+    """The tag the copy verified under at its target, as the target's result names it (`host/repository:tag`)."""
+    try:
+        verified = parse(outcome.reference)
+    except ReferenceError:
+        return ""
+    return "" if verified.is_digest else verified.identifier
 
 
 def _pointed(job: ReleaseJob, use: ImageUse, outcomes: dict[int, TargetResult]) -> PointedBlock:
@@ -91,22 +101,13 @@ async def deliver(
     outcomes = outcomes_at(job, result, target)
     pull_secret = result.pull_secret_for(target)
     values, proof = await _proven_values(settings, job, chart, target, outcomes, pull_secret)
-    # an image inside a list that no template renders (its feature off) is named, not refused: the proof shows
-    # nodes would not pull it; one that renders fails the proof itself
-    unrendered = proof is not None and proof.ok
-    problems: list[str] = []
-    notes: list[str] = []
-    for block in chart.unmirrored:
-        (notes if block.in_list and unrendered else problems).append(_left_behind(block, chart.spec))
-    install = ChartInstall(chart.spec.default_reference)
-    if proof is not None:
-        problems += [f"the rendered chart pulls {failure}" for failure in proof.failures()]
-    problems = list(dict.fromkeys(problems))
     label = f"{job.version} {chart.spec.name} -> {target.name}"
+    problems, notes = _left_behind_all(chart, proof, label, settings.values.unmirrored == "error")
     if problems and settings.values.unmirrored == "error":
         return Delivery(None, _withheld(settings, chart, target, problems))
     for problem in (*problems, *notes):
         log.warning("%s: values written with an image left behind: %s", label, clip(problem, PROBLEM_CHARS))
+    install = ChartInstall(chart.spec.default_reference)
     if chart.archive is not None and settings.chart is not None:
         install = await _publish(settings, chart, target, client, anonymous, label)
     written = write_values(
@@ -125,6 +126,24 @@ async def deliver(
     return Delivery(written)
 
 
+def _left_behind_all(chart: ChartJob, proof: Proof | None, label: str, refusing: bool) -> tuple[list[str], list[str]]:
+    """(the images the values would leave behind, the notes): each block nobody mirrors, then the first few
+    images the render pulls from elsewhere, each clipped. The rest stay in the proof's rows; where the values are
+    refused (no proof is kept), they are logged, one bounded line each."""
+    # an image inside a list that no template renders (its feature off) is named, not refused: the proof shows
+    # nodes would not pull it; one that renders fails the proof itself
+    unrendered = proof is not None and proof.ok
+    problems: list[str] = []
+    notes: list[str] = []
+    for block in chart.unmirrored:
+        (notes if block.in_list and unrendered else problems).append(_left_behind(block, chart.spec))
+    pulled = list(dict.fromkeys(f"the rendered chart pulls {f}" for f in (proof.failures() if proof else [])))
+    if refusing:
+        for failure in pulled[SHOWN_LINES:]:
+            log.warning("%s: values not written: also %s", label, clip(failure, PROBLEM_CHARS))
+    return list(dict.fromkeys([*problems, *first_few(pulled)])), notes
+
+
 def _withheld(settings: MirrorSettings, chart: ChartJob, target: TargetSettings, problems: list[str]) -> str:
     """Why a chart's values are not written: each image nodes would still pull from the source; where the config
     lists `images:`, that the chart's others are not taken, and what to do."""
@@ -140,7 +159,7 @@ def _withheld(settings: MirrorSettings, chart: ChartJob, target: TargetSettings,
 
 def _left_behind(block: ImageBlock, spec: ChartSpec) -> str:
     """One image block nobody mirrors; for one inside a list, why and what the user can do about it."""
-    problem = f"{block.key} would still pull {block.reference}"
+    problem = f"{clip(block.key)} would still pull {clip(block.reference, REFERENCE_SHOWN)}"
     if not block.in_list:
         return problem
     setting = "values.extra" if spec.is_release_chart else f"the values of the charts: entry {spec.name}"

@@ -67,7 +67,8 @@ class ImageSettings(Section):
 
 
 # What HAMi needs on ACK whatever else is set: ACK installs the NVIDIA driver at the node's root, not where the
-# chart looks by default (/usr/local/nvidia). A user's `values.extra` may override it (null: the chart's own).
+# chart looks by default (/usr/local/nvidia). A user's `values.extra` may override it (null: the chart's own, the
+# key left out of the values written: Helm given a null would delete the default too).
 ACK_VALUES: dict[str, Any] = {"devicePlugin": {"nvidiaDriverRoot": "/"}}
 
 
