@@ -44,6 +44,11 @@ def normalise_version(text: str) -> str:
     return "v" + text.strip().removeprefix("v")
 
 
+def is_prerelease(version: str) -> bool:
+    """`v2.11.0-rc.1`: a release candidate, which the newest folder of values never holds."""
+    return "-" in normalise_version(version)
+
+
 def chart_version(version: str) -> str:
     """The Helm chart version a release tag belongs to: `v2.10.0` -> `2.10.0`."""
     return normalise_version(version).removeprefix("v")

@@ -15,7 +15,7 @@ from mirror.acr import vpc_host_for
 from mirror.chart.images import GLOBAL_SECRETS, ImageBlock, PullSecretPlace
 from mirror.chart.merge import deep_merge, without_nulls
 from mirror.output import write_all
-from mirror.release import VersionError, chart_version, version_key
+from mirror.release import VersionError, chart_version, is_prerelease, version_key
 from mirror.settings import MirrorSettings, TargetSettings, ValuesSettings
 
 if TYPE_CHECKING:  # rendering is imported only where a chart is rendered
@@ -314,17 +314,21 @@ def written_release(path: Path) -> str | None:
 
 def _directories(target_dir: Path, version: str, latest: bool, file_name: str) -> list[Path]:
     """Where `version`'s values go: its own folder, and with `latest` the target's folder too, unless the file
-    there holds a newer release (an older release synced later, a backport, goes to its own folder only)."""
+    there holds a newer release (an older release synced later, a backport, goes to its own folder only). A
+    pre-release goes to its own folder only: in the newest folder it would outrank every later patch release
+    (v2.11.0-rc.1 > v2.10.1) and stay there until v2.11.0, abandoned or not."""
     own = [target_dir / version]
+    if is_prerelease(version):
+        return own
     return [*own, target_dir] if latest and _may_replace_newest(target_dir / file_name, version) else own
 
 
 def _may_replace_newest(path: Path, version: str) -> bool:
-    """Whether the newest release's file may take `version`'s values: it is not there, names no release, or
-    names one that is not newer."""
+    """Whether the newest release's file may take `version`'s values: it is not there, names no release, names
+    a pre-release (an older mirror wrote those there), or names one that is not newer."""
     written = written_release(path)
     try:
-        newer = written is not None and version_key(written) > version_key(version)
+        newer = written is not None and not is_prerelease(written) and version_key(written) > version_key(version)
     except VersionError:
         return True  # a release mirror cannot read is no newer one to keep
     if newer:

@@ -62,6 +62,21 @@ def test_an_older_release_synced_later_leaves_the_newest_file_alone(tmp_path: Pa
     assert holds(newest) == "v2.10.1"
 
 
+def test_a_pre_release_writes_its_own_folder_only_and_never_holds_the_newest_file(tmp_path: Path) -> None:
+    """A CI hook for v2.11.0-rc.1 (or a hand run of it) took the newest file, and every later patch release was
+    older than it (v2.10.1 < v2.11.0-rc.1): the newest file stayed a candidate until v2.11.0, if ever."""
+    config = settings(tmp_path)
+    newest = tmp_path / "t" / "hami-ack-values.yaml"
+    assert write(config, "v2.10.0").path == newest
+    candidate = write(config, "v2.11.0-rc.1")
+    assert candidate.path == tmp_path / "t" / "v2.11.0-rc.1" / "hami-ack-values.yaml"
+    assert holds(newest) == "v2.10.0"
+    newest.write_text(newest.read_text().replace("written_for: v2.10.0", "written_for: v2.11.0-rc.1"))
+    newest.write_text(newest.read_text().replace("v2.10.0", "v2.11.0-rc.1"))  # as an older mirror wrote it
+    assert write(config, "v2.10.1").path == newest  # a release replaces a candidate left there
+    assert holds(newest) == "v2.10.1"
+
+
 def test_a_newest_file_that_names_no_release_is_replaced(tmp_path: Path) -> None:
     config = settings(tmp_path)
     newest = tmp_path / "t" / "hami-ack-values.yaml"

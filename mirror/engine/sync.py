@@ -35,7 +35,7 @@ from mirror.oci import Descriptor
 from mirror.output import check_writable
 from mirror.progress import Progress
 from mirror.reference import api_host
-from mirror.release import version_key
+from mirror.release import is_prerelease, version_key
 from mirror.report import ImageResult, ReleaseResult
 from mirror.settings import MirrorSettings, TargetSettings
 from mirror.untrusted import clip
@@ -89,7 +89,8 @@ class Syncer:
         self._images_done: dict[Hashable, ImageResult] = {}  # by `_same_copy`: releases of a run share images
 
     async def run(self, jobs: list[ReleaseJob]) -> list[ReleaseResult]:
-        newest = max((j.version for j in jobs), key=version_key, default=None)
+        # the release whose values the newest folder takes: a pre-release never does (values.py)
+        newest = max((j.version for j in jobs if not is_prerelease(j.version)), key=version_key, default=None)
         try:
             return [await self._release_unless_stopping(job, latest=job.version == newest) for job in jobs]
         finally:
