@@ -133,6 +133,19 @@ def fetched(location: ChartLocation, *versions: str) -> dict[str, ChartArchive]:
     return asyncio.run(fetch_charts(location, list(versions), LIMITS))
 
 
+def test_a_chart_versioned_with_a_v_is_the_releases_chart() -> None:
+    """Helm takes `version: v2.11.0`; the release v2.11.0's chart is then looked up as `2.11.0` and was reported
+    not published, which stopped the run for every release."""
+    raw = hami_chart("registry.example", "v2.11.0")
+    answers: dict[str, tuple[bytes, dict[str, str]]] = {
+        "/index.yaml": (index_yaml(("v2.11.0", "hami-v2.11.0.tgz", raw)), {}),
+        "/hami-v2.11.0.tgz": (raw, {}),
+    }
+    with serving(StandIn(answers)) as stand_in:
+        charts = fetched(ChartLocation(stand_in.origin, "hami"), "2.11.0")
+    assert charts["2.11.0"].version == "v2.11.0" and charts["2.11.0"].raw == raw
+
+
 def test_an_archive_its_storage_host_labels_gzip_arrives_as_stored() -> None:
     """S3 or CloudFront serve a .tgz uploaded with `Content-Encoding: gzip` metadata so labelled: the digest the
     index gives is over the stored bytes, which Helm's getter reads without decoding."""

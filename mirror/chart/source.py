@@ -143,7 +143,7 @@ async def fetch_charts(
     for version, raw in raws.items():
         where = f"chart {location} {version}"
         archive = await asyncio.to_thread(open_chart, raw, where)
-        if archive.name != location.name or archive.version != version:
+        if archive.name != location.name or archive.version.removeprefix("v") != version.removeprefix("v"):
             raise ChartError(f"{where}: the archive holds {archive.name} {archive.version}")
         charts[version] = archive
     return charts
@@ -153,7 +153,9 @@ async def _fetch_classic(
     client: httpx.AsyncClient, location: ChartLocation, entries: list[dict[str, Any]], version: str, limits: FetchLimits
 ) -> bytes:
     where = f"chart {location} {version}"
-    entry = next((e for e in entries if _version(e) == version), None)
+    # a chart versioned `v2.11.0` (Helm takes it) is the release v2.11.0's as `2.11.0` is: the exact one first
+    named = [e for e in entries if _version(e) == version] + [e for e in entries if _version(e) == f"v{version}"]
+    entry = named[0] if named else None
     if entry is None:
         raise ChartError(f"{where}: not published in {location.shown_repository}/index.yaml")
     url = _download_url(location, entry, where)

@@ -7,10 +7,10 @@ import logging
 
 from mirror.chart.source import published_versions
 from mirror.engine.charts import chart_location, fetch_limits
+from mirror.engine.clients import Clients
 from mirror.engine.jobs import source_repository
 from mirror.errors import Kind, MirrorError
 from mirror.reference import Repository
-from mirror.registry import RegistryClient
 from mirror.release import VersionError, matches, normalise_version, parse_filter, version_key
 from mirror.settings import VERSION_PLACEHOLDER, DiscoverySettings, ImageSettings, MirrorSettings
 from mirror.values import NESTED_SCHEMA_SINCE
@@ -68,15 +68,6 @@ def from_chart(settings: MirrorSettings) -> bool:
     return source == "chart" or (source == "auto" and settings.chart is not None)
 
 
-def discovery_host(settings: MirrorSettings) -> str:
-    """The registry discovery talks to: the OCI chart's host, or the source registry."""
-    if from_chart(settings):
-        location = chart_location(settings)
-        if location.is_oci:
-            return location.oci_parts()[0]
-    return settings.source.registry
-
-
 def versions_in(image: ImageSettings, tags: list[str]) -> set[str]:
     """The `{version}` part of each tag that fits the image's tag template."""
     prefix, suffix = image.tag.split(VERSION_PLACEHOLDER, 1)
@@ -87,20 +78,38 @@ def versions_in(image: ImageSettings, tags: list[str]) -> set[str]:
     }
 
 
-async def discover(settings: MirrorSettings, source: RegistryClient) -> list[str]:
+async def discover(settings: MirrorSettings, clients: Clients) -> list[str]:
     """Versions published in the chart repository (a release exists when its chart does), or published for
-    every image whose tag follows the release."""
+    every image whose tag follows the release; with a chart configured, only those whose chart is out."""
     if from_chart(settings):
-        charts = await published_versions(chart_location(settings), fetch_limits(settings), source)
-        releases = []
-        for version in charts:
-            try:
-                releases.append(normalise_version(version))
-            except VersionError:
-                continue  # not a release version (e.g. build metadata Helm allows)
-        return select_versions(releases, settings.discovery)
+        return select_versions(await _chart_releases(settings, clients), settings.discovery)
+    source = clients[settings.source.registry]
     published: set[str] | None = None
     for image, repository in version_bearing_images(settings):
         found = versions_in(image, await source.list_tags(repository.name))
         published = found if published is None else published & found
-    return select_versions(sorted(published or ()), settings.discovery)
+    versions = select_versions(sorted(published or ()), settings.discovery)
+    if settings.chart is None:
+        return versions
+    charted = set(await _chart_releases(settings, clients))
+    waiting = [version for version in versions if version not in charted]
+    if waiting:  # its images are pushed before its chart is published: a later run takes it
+        log.warning(
+            "discovery: %s left for a later run: tagged at the source, its chart not published yet in %s",
+            ", ".join(waiting),
+            chart_location(settings).shown_repository,
+        )
+    return [version for version in versions if version in charted]
+
+
+async def _chart_releases(settings: MirrorSettings, clients: Clients) -> list[str]:
+    """The release versions of the charts the repository publishes (`2.10.0` and `v2.10.0` alike)."""
+    location = chart_location(settings)
+    client = clients[location.oci_parts()[0]] if location.is_oci else None
+    releases = []
+    for version in await published_versions(location, fetch_limits(settings), client):
+        try:
+            releases.append(normalise_version(version))
+        except VersionError:
+            continue  # not a release version (e.g. build metadata Helm allows)
+    return releases

@@ -19,7 +19,7 @@ from mirror.engine.cache import RunCache
 from mirror.engine.charts import fetch_install_charts
 from mirror.engine.clients import Clients, retry_policy
 from mirror.engine.deliver import Delivery, deliver, unverified_images
-from mirror.engine.discover import DiscoveryError, discover, discovery_host
+from mirror.engine.discover import DiscoveryError, discover
 from mirror.engine.jobs import ChartJob, ImageJob, ReleaseJob, build_release_jobs, check_versions, select_targets
 from mirror.engine.lock import target_locks
 from mirror.engine.namespaces import prepare_namespaces
@@ -374,7 +374,7 @@ async def discover_and_sync(
     clients = clients or Clients(settings)
     try:
         try:
-            versions = await discover(settings, clients[discovery_host(settings)])
+            versions = await discover(settings, clients)
         except MirrorError as exc:
             raise DiscoveryError(f"discovery failed: {exc}") from None
         progress.event(f"discovered {len(versions)} release(s): {', '.join(versions) or 'none'}")
