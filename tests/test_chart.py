@@ -245,6 +245,13 @@ def test_the_chart_can_come_from_an_oci_registry(
     assert code == 0, err
     assert report["values"][0]["proof"]["ok"] is True
     assert manifest_bytes(target, "mirrored/hami", "2.10.0") == manifest_bytes(source, "charts/hami", "2.10.0")
+    # a re-run reads the chart's manifest from state_dir once its tag's HEAD names the same digest: a GET of it
+    # is a counted pull where the chart is on Docker Hub
+    mark = len(source.access_log())
+    code, _, err = sync_json(config, capsys, VERSION)
+    assert code == 0, err
+    chart_reads = [f"{e.method} {e.path}" for e in source.access_log()[mark:] if "/charts/hami/manifests/" in e.path]
+    assert chart_reads == ["HEAD /v2/charts/hami/manifests/2.10.0"], chart_reads
 
 
 def test_explicit_images_take_their_keys_from_the_chart(

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from mirror import fetch
 from mirror.chart.archive import MAX_FIELD_CHARS, ChartArchive, ChartError, open_chart
+from mirror.oci import Manifest
 from mirror.reference import without_userinfo
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
 from mirror.registry.errors import IntegrityError
@@ -124,16 +125,29 @@ async def published_versions(location: ChartLocation, limits: FetchLimits, sourc
         return [str(_version(e)) for e in await read_index(client, location)]
 
 
+class KnownManifests(Protocol):
+    """Manifests kept by digest from earlier runs (`engine/statecache.ManifestCache`)."""
+
+    def get(self, digest: str) -> Manifest | None: ...
+
+    def put(self, manifest: Manifest) -> None: ...
+
+
 async def fetch_charts(
-    location: ChartLocation, versions: list[str], limits: FetchLimits, source: RegistryClient | None = None
+    location: ChartLocation,
+    versions: list[str],
+    limits: FetchLimits,
+    source: RegistryClient | None = None,
+    known: KnownManifests | None = None,
 ) -> dict[str, ChartArchive]:
     """The chart archive of each version (the repository's index read once), verified against its digest and
-    opened safely."""
+    opened safely. An OCI chart's manifest is taken from `known` where the tag's digest is there."""
     raws: dict[str, bytes] = {}
     if location.is_oci:
         assert source is not None, "an OCI chart needs a registry client for its host"
         for version in versions:
-            raws[version] = await _fetch_oci(source, location, version, limits, f"chart {location} {version}")
+            where = f"chart {location} {version}"
+            raws[version] = await _fetch_oci(source, location, version, limits, where, known)
     else:
         async with http_client(limits) as client:
             entries = await read_index(client, location) if versions else []
@@ -200,11 +214,16 @@ def _with_repository_login(url: httpx.URL, repository: httpx.URL) -> httpx.URL:
 
 
 async def _fetch_oci(
-    source: RegistryClient, location: ChartLocation, version: str, limits: FetchLimits, where: str
+    source: RegistryClient,
+    location: ChartLocation,
+    version: str,
+    limits: FetchLimits,
+    where: str,
+    known: KnownManifests | None,
 ) -> bytes:
     _, repository = location.oci_parts()
     try:
-        manifest = await source.get_manifest(repository, oci_tag(version))
+        manifest = await _chart_manifest(source, repository, oci_tag(version), known)
         layer = next((d for d in manifest.layers if d.media_type == HELM_CHART_CONTENT), None)
         if layer is None:
             raise ChartError(f"{where}: the artifact has no {HELM_CHART_CONTENT} layer")
@@ -213,3 +232,17 @@ async def _fetch_oci(
         return await source.read_blob(repository, layer)
     except (RegistryError, RegistryUnreachable, IntegrityError) as exc:
         raise ChartError(f"{where}: {clip(str(exc))}") from None
+
+
+async def _chart_manifest(source: RegistryClient, repository: str, tag: str, known: KnownManifests | None) -> Manifest:
+    """The tag's manifest: its digest from a HEAD, then the bytes an earlier run kept under it, or one GET by
+    digest. A GET is a counted pull on Docker Hub, and a chart's tag rarely moves: a run that changed nothing
+    sends its source HEADs only, the chart's included. Without `known`, one GET by tag."""
+    if known is None:
+        return await source.get_manifest(repository, tag)
+    found = await source.head_manifest(repository, tag)
+    if found is None:
+        raise RegistryError("resolve", source.where(repository, tag), 404, "MANIFEST_UNKNOWN", "no such tag")
+    manifest = known.get(found.digest) or await source.get_manifest(repository, found.digest)
+    known.put(manifest)
+    return manifest

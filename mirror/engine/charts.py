@@ -17,6 +17,7 @@ from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, publis
 from mirror.chart.tags import resolve_tags
 from mirror.engine.clients import Clients, retry_policy
 from mirror.engine.jobs import FetchedChart, InstallCharts, copied_as_named, install_spec, release_spec
+from mirror.engine.statecache import ManifestCache
 from mirror.errors import MirrorError
 from mirror.reference import Repository
 from mirror.registry import RegistryClient
@@ -50,13 +51,15 @@ async def fetch_install_charts(settings: MirrorSettings, versions: list[str], cl
         return InstallCharts()
     location = chart_location(settings)
     limits = fetch_limits(settings)
-    charts = await fetch_charts(location, [chart_version(v) for v in versions], limits, _client(location, clients))
+    known = ManifestCache(settings.state_dir)  # an OCI chart's manifest, kept: its tag's HEAD tells if it moved
+    client = _client(location, clients)
+    charts = await fetch_charts(location, [chart_version(v) for v in versions], limits, client, known)
     release = {}
     for v in versions:
         release[v] = await read_chart(settings, release_spec(settings), charts[chart_version(v)], clients)
     others = []
     for chart in settings.charts:
-        fetched = await _fetch_other(chart, limits, clients)
+        fetched = await _fetch_other(chart, limits, clients, known)
         others.append(await read_chart(settings, install_spec(settings, chart), fetched, clients))
     return InstallCharts(release, tuple(others))
 
@@ -135,13 +138,15 @@ async def _tag_at_source(clients: Clients, source: Repository, guess: str) -> st
     return guess
 
 
-async def _fetch_other(chart: InstallChartSettings, limits: FetchLimits, clients: Clients) -> ChartArchive:
+async def _fetch_other(
+    chart: InstallChartSettings, limits: FetchLimits, clients: Clients, known: ManifestCache
+) -> ChartArchive:
     location = ChartLocation(chart.repository, chart.name)
     client = _client(location, clients)
     version = chart.version
     if version == NEWEST:
         version = newest(await published_versions(location, limits, client), str(location))
-    return (await fetch_charts(location, [version], limits, client))[version]
+    return (await fetch_charts(location, [version], limits, client, known))[version]
 
 
 def newest(versions: list[str], where: str) -> str:
