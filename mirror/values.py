@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -336,6 +337,18 @@ def _may_replace_newest(path: Path, version: str) -> bool:
     return not newer
 
 
+def _drop_older_archives(newest: Path, chart: str, install: ChartInstall) -> None:
+    """In the newest folder, the chart's .tgz files of other versions (and all of them once the chart is
+    published to the target): beside values whose `helm install` line names another chart, they only mislead,
+    and one more came with each release the target refused the chart for."""
+    kept = install.archive[0] if install.archive is not None else None
+    named = re.compile(rf"{re.escape(chart)}-v?[0-9]+\.[0-9]+\.[0-9][^/]*\.tgz")
+    for path in newest.iterdir():
+        if path.name != kept and named.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
 def _bundle(
     directories: list[Path], file_name: str, text: str, rbac: str | None, install: ChartInstall
 ) -> dict[Path, str | bytes]:
@@ -376,6 +389,8 @@ def write_values(
     rbac = dra_rbac(settings.values) if spec.is_release_chart else None
     directories = _directories(settings.output_dir / target.name, version, latest, spec.file_name)
     write_all(_bundle(directories, spec.file_name, text, rbac, install))  # both folders together, or neither
+    if settings.output_dir / target.name in directories:
+        _drop_older_archives(settings.output_dir / target.name, spec.name, install)
     path = directories[-1] / spec.file_name
     chart = str(directories[-1] / install.archive[0]) if install.archive else install.reference
     kubectl = kubectl_secret_command(target, pull_secret, namespaces) if pull_secret else None

@@ -84,3 +84,24 @@ def test_a_newest_file_that_names_no_release_is_replaced(tmp_path: Path) -> None
     newest.write_text("# written by hand\nscheduler: {}\n")
     assert write(config, "v2.9.3").path == newest
     assert holds(newest) == "v2.9.3"
+
+
+def test_the_newest_folder_keeps_only_the_chart_archive_its_values_name(tmp_path: Path) -> None:
+    """A target that refuses the chart artifact gets the .tgz beside the values: each release left one more in
+    the newest folder, beside values whose `helm install` names another; once the chart is published, none."""
+    config = settings(tmp_path)
+    newest = tmp_path / "t"
+
+    def delivered(version: str, archive: bool) -> ValuesFile:
+        name = f"hami-{version.removeprefix('v')}.tgz"
+        install = ChartInstall("", (name, b"chart " + version.encode())) if archive else ChartInstall("oci://x/hami")
+        return write_values(config, config.targets[0], version, True, {"written_for": version}, install)
+
+    delivered("v2.10.0", archive=True)
+    (newest / "hami-webui-1.3.0.tgz").write_bytes(b"another chart's")
+    latest = delivered("v2.10.1", archive=True)
+    assert latest.chart == str(newest / "hami-2.10.1.tgz")
+    assert sorted(p.name for p in newest.glob("*.tgz")) == ["hami-2.10.1.tgz", "hami-webui-1.3.0.tgz"]
+    assert (newest / "v2.10.0" / "hami-2.10.0.tgz").exists()  # each release's own folder keeps its own
+    delivered("v2.10.2", archive=False)
+    assert sorted(p.name for p in newest.glob("*.tgz")) == ["hami-webui-1.3.0.tgz"]
