@@ -227,6 +227,19 @@ def test_every_kind_of_pod_is_read_with_its_pull_secrets_and_service_account() -
     )
 
 
+def test_the_warnings_of_a_chart_with_many_pods_without_the_secret_are_a_few_then_how_many_more() -> None:
+    """Each warning goes into the values file's header and the report: 300 pods made 300 lines there."""
+    pods = [
+        PodPull("Deployment", f"app-{n:03d}", "", f"t/app-{n:03d}.yaml", (f"{VPC}/ns/app:v1",), ()) for n in range(300)
+    ]
+    proof = check_rendering(Rendering("Helm", ()), set(), [], None, AT_TARGET, pods, "acr-pull")
+    assert len(proof.pods_without_secret) == 300
+    warnings = proof.secret_warnings("default")
+    assert len(warnings) == 11 and warnings[0].startswith("Deployment app-000 ")
+    assert warnings[-1] == "and 290 more pods the pull secret does not reach (the report's proof lists each pod)"
+    assert len(proof.to_json()["pods"]) == 300  # type: ignore[arg-type]
+
+
 def test_a_sync_that_needs_a_pull_secret_writes_it_as_hamis_chart_renders_it(
     tmp_path: Path,
     source: LocalRegistry,

@@ -83,7 +83,8 @@ class Proof:
 
     def secret_warnings(self, release_namespace: str, secret_namespaces: Iterable[str] | None = None) -> list[str]:
         """One line per pod without the pull secret: which pod, why, and the exact commands that let it pull; and,
-        given the namespaces the kubectl line creates the secret in, one per pod that runs in another."""
+        given the namespaces the kubectl line creates the secret in, one per pod that runs in another. At most
+        the first few, then how many more: each goes into the values file's header and the report."""
         secret = self.pull_secret or ""
         lines = [_secret_warning(checked, secret, release_namespace) for checked in self.pods_without_secret]
         if secret_namespaces is not None:
@@ -91,7 +92,7 @@ class Proof:
             for checked in self.pods:
                 if (checked.pod.namespace or release_namespace) not in covered:
                     lines.append(_elsewhere_warning(checked.pod, secret, release_namespace))
-        return lines
+        return first_few(lines, "pods the pull secret does not reach (the report's proof lists each pod)")
 
     def failures(self) -> list[str]:
         """Each image not mirrored, as one line of bounded length (the reference, its template and note clipped:
@@ -133,12 +134,14 @@ def _elsewhere_warning(pod: PodPull, secret: str, release_namespace: str) -> str
     )
 
 
-def first_few(lines: list[str], shown: int = SHOWN_LINES) -> list[str]:
-    """The first `shown` lines and one saying how many more there were: what a message carries of a list as long
-    as a render makes it."""
+def first_few(
+    lines: list[str], what: str = "images the rendered chart pulls from elsewhere", shown: int = SHOWN_LINES
+) -> list[str]:
+    """The first `shown` lines and one saying how many more `what` there were: what a message carries of a list
+    as long as a render makes it."""
     if len(lines) <= shown:
         return lines
-    return [*lines[:shown], f"and {len(lines) - shown} more images the rendered chart pulls from elsewhere"]
+    return [*lines[:shown], f"and {len(lines) - shown} more {what}"]
 
 
 def _entries(pod: PodPull) -> list[str]:
