@@ -119,12 +119,8 @@ def slow_copy(tmp_path: Path, delay: float) -> Iterator[tuple[LocalRegistry, Loc
 
 def sigterm_mid_copy(config: Path, target: LocalRegistry) -> tuple[int, float, str]:
     """Start a sync, SIGTERM it once its first upload started; its exit code, seconds to exit, stderr."""
-    process = spawn(config)
-    wait_for(lambda: first_upload_started(target))
-    process.send_signal(signal.SIGTERM)
-    started = time.monotonic()
-    _, err = process.communicate(timeout=30)
-    return process.returncode, time.monotonic() - started, err
+    code, seconds, _, err = signalled_mid_copy(config, target, signal.SIGTERM)
+    return code, seconds, err
 
 
 def test_sigterm_lets_in_flight_uploads_finish_then_exits_143(tmp_path: Path) -> None:
@@ -150,12 +146,14 @@ def test_sigterm_abandons_uploads_after_the_grace_period(tmp_path: Path) -> None
         assert live_upload_sessions(target) == []
 
 
-def ctrl_c_mid_copy(config: Path, target: LocalRegistry, presses: int) -> tuple[int, float, str, str]:
-    """Start a sync, press Ctrl-C (SIGINT) once its first upload started, again once the run said it heard the
-    first; its exit code, seconds to exit after the first press, stdout and stderr."""
+def signalled_mid_copy(
+    config: Path, target: LocalRegistry, sig: signal.Signals, presses: int = 1
+) -> tuple[int, float, str, str]:
+    """Start a sync, send it `sig` once its first upload started (Ctrl-C again, `presses` in all, each once the
+    run said it heard the one before); its exit code, seconds to exit after the first, stdout and stderr."""
     process = spawn(config)
     wait_for(lambda: first_upload_started(target))
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sig)
     started = time.monotonic()
     assert process.stderr is not None
     heard: list[str] = []
@@ -164,7 +162,7 @@ def ctrl_c_mid_copy(config: Path, target: LocalRegistry, presses: int) -> tuple[
             assert line, "the run ended before it heard Ctrl-C"
             heard.append(line)
         heard.append(line)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sig)
     out, err = process.communicate(timeout=30)
     return process.returncode, time.monotonic() - started, out, "".join(heard) + err
 
@@ -172,7 +170,7 @@ def ctrl_c_mid_copy(config: Path, target: LocalRegistry, presses: int) -> tuple[
 def test_ctrl_c_lets_in_flight_uploads_finish_then_reports_and_exits_130(tmp_path: Path) -> None:
     with slow_copy(tmp_path, delay=2.0) as (source, target):
         config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=30)
-        code, seconds, out, err = ctrl_c_mid_copy(config, target, presses=1)
+        code, seconds, out, err = signalled_mid_copy(config, target, signal.SIGINT)
         assert code == 130 and seconds < 30
         assert "stopped by Ctrl-C (SIGINT)" in err and "Ctrl-C again abandons them now" in err
         assert "Traceback" not in err and "upload abandoned" not in err
@@ -185,7 +183,7 @@ def test_ctrl_c_lets_in_flight_uploads_finish_then_reports_and_exits_130(tmp_pat
 def test_a_second_ctrl_c_abandons_uploads_at_once_and_cancels_their_sessions(tmp_path: Path) -> None:
     with slow_copy(tmp_path, delay=20.0) as (source, target):
         config = write_config(tmp_path / "mirror.yaml", source, [target], shutdown_grace=60)
-        code, seconds, out, err = ctrl_c_mid_copy(config, target, presses=2)
+        code, seconds, out, err = signalled_mid_copy(config, target, signal.SIGINT, presses=2)
         assert code == 130 and seconds < 15  # far less than the grace period or the 20 s a blob takes
         assert "upload abandoned at shutdown" in err and "stopped by Ctrl-C (SIGINT)" in err
         assert "Traceback" not in err and "CancelledError" not in err
