@@ -88,11 +88,13 @@ examples:
   mirror check                     # the config: valid, and what it says
   mirror check v2.10.0             # and the images a release copies where
   mirror check --serve             # and what `mirror serve` refuses to start on
+                                   # (not opening its state directory or job store)
 
 {CONFIG_NOTE}
 
 exit codes:
-  0    the config is valid (with --serve: the service would start on it)
+  0    the config is valid (with --serve: nor does serve refuse it before it
+       opens its state directory and job store)
   2    a problem with the config, a version or a target name, named on stderr"""
 
 SERVE_DESCRIPTION = """\
@@ -158,7 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.add_argument(
         "--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)"
     )
-    check_cmd.add_argument("--serve", action="store_true", help="also what `mirror serve` checks before it listens")
+    check_cmd.add_argument(
+        "--serve", action="store_true", help="also what `mirror serve --port PORT` refuses, short of opening anything"
+    )
+    check_cmd.add_argument("--port", type=int, default=8080, help="with --serve: the port serve is given (8080)")
     summary = "run the service: scheduled discovery, webhooks, the job API"
     serve_cmd = _command(commands, "serve", summary, SERVE_DESCRIPTION, SERVE_EPILOG)
     serve_cmd.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")  # noqa: S104

@@ -48,12 +48,14 @@ def test_a_chart_config_names_the_chart_and_asks_the_chart_repository_nothing(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry
 ) -> None:
     with chart_repository() as served:
-        chart = {"repository": served.url, "name": "hami"}
+        login = served.url.replace("http://", "http://robot:s3cr3t-chart-t0ken@")  # a login in the URL: never shown
+        chart = {"repository": login, "name": "hami"}
         config = write_config(tmp_path / "mirror.yaml", source, [target], images=[], chart=chart)
         before = asked(source, target)
         done = check(config, "v2.10.0")
         assert done.returncode == 0, done.stderr
         assert f"chart: hami from {served.url}: its images are read from it at each sync" in done.stdout
+        assert "s3cr3t" not in done.stdout + done.stderr and "robot" not in done.stdout
         assert served.requests == [] and asked(source, target) == before
 
 
@@ -89,14 +91,16 @@ def test_a_login_is_named_by_where_it_comes_from_never_by_its_secret(
         (["2.x"], "invalid version '2.x'"),
         (["--target", "nope"], "--target 'nope': no such target (configured: t0)"),
         (["--serve"], "nothing to serve: set webhook.secret_file"),
+        (["--serve", "--port", "9090"], "service.internal_port 9090 is --port too"),
     ],
-    ids=["a version", "a target", "a service with nothing to serve"],
+    ids=["a version", "a target", "a service with nothing to serve", "one port for both"],
 )
 def test_what_would_stop_a_run_or_the_service_is_exit_2_naming_it(
     tmp_path: Path, source: LocalRegistry, args: list[str], said: str
 ) -> None:
     before = asked(source)
-    done = check(write_config(tmp_path / "mirror.yaml", source, [source]), *args)
+    doors = {"api_token": "job-api-token-0123456789", "internal_port": 9090} if "--port" in args else {}
+    done = check(write_config(tmp_path / "mirror.yaml", source, [source], service=doors), *args)
     assert done.returncode == 2 and said in done.stderr and done.stdout == ""
     assert asked(source) == before
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from mirror.engine.jobs import check_versions, select_targets, source_repository
 from mirror.errors import MirrorError
+from mirror.reference import without_userinfo
 from mirror.settings import MirrorSettings, load_settings
 from mirror.settings.registries import TargetSettings
 from mirror.values import pull_registry
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         versions = check_versions(settings, args.versions)
         targets = select_targets(settings, args.target)
-        problem = _service_problem(settings) if args.serve else None
+        problem = _service_problem(settings, args.port) if args.serve else None
     except MirrorError as exc:
         say(exc)
         return exc.exit_code
@@ -38,11 +39,12 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _service_problem(settings: MirrorSettings) -> str | None:
-    """What `mirror serve` would refuse before it listens, short of opening the job store."""
-    from mirror.service.app import nothing_to_serve, unusable_proxy
+def _service_problem(settings: MirrorSettings, port: int) -> str | None:
+    """What `mirror serve --port PORT` would refuse before it listens, short of binding a port or opening the
+    state directory and the job store (which `mirror check` never does)."""
+    from mirror.service.app import nothing_to_serve, same_port, unusable_proxy
 
-    return nothing_to_serve(settings) or unusable_proxy()
+    return nothing_to_serve(settings) or unusable_proxy() or same_port(settings, port)
 
 
 def describe(settings: MirrorSettings, versions: list[str], targets: tuple[TargetSettings, ...]) -> Iterator[str]:
@@ -63,9 +65,11 @@ def _what_a_release_mirrors(
     charts = [settings.chart] if settings.chart is not None else []
     for chart in charts:
         named = "; the images the config names below take their values keys from it" if settings.images else ""
-        yield f"chart: {chart.name} from {chart.repository}: its images are read from it at each sync{named}"
+        shown = without_userinfo(chart.repository)  # a login in the URL stays out of a CI log
+        yield f"chart: {chart.name} from {shown}: its images are read from it at each sync{named}"
     for other in settings.charts:
-        yield f"chart: {other.name} {other.version} from {other.repository}, installed with the release"
+        shown = without_userinfo(other.repository)
+        yield f"chart: {other.name} {other.version} from {shown}, installed with the release"
     for version in versions or ["{version}"]:
         if not settings.images:
             continue

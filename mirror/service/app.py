@@ -443,6 +443,13 @@ def unusable_proxy() -> str | None:
     return None
 
 
+def same_port(settings: MirrorSettings, port: int) -> str | None:
+    """Why `--port` cannot be served beside the internal port, as one line; None when it can."""
+    if settings.service.internal_port == port:
+        return f"service.internal_port {port} is --port too: give the probes and /metrics a port of their own"
+    return None
+
+
 def nothing_to_serve(settings: MirrorSettings) -> str | None:
     """Why a service with this config could do nothing, as one line; None when it can: without a webhook secret
     or token, an API token or a schedule, every hook and the job API would answer 401 and no job would ever run,
@@ -469,12 +476,12 @@ def serve(config: Path | None, host: str, port: int) -> int:
     if not 0 < port < 65536:
         log.error("--port %d: expected 1-65535", port)
         return 2
-    internal = settings.service.internal_port
-    if internal == port:
-        log.error("service.internal_port %d is --port too: give the probes and /metrics a port of their own", port)
+    problem = same_port(settings, port)
+    if problem is not None:
+        log.error("%s", problem)
         return 2
     try:  # bound here, then served: a port that is taken or not ours to bind is one line, not uvicorn's traceback
-        listening = listen(host, port, internal)
+        listening = listen(host, port, settings.service.internal_port)
     except ListenError as exc:
         log.error("%s", exc)
         return 2
