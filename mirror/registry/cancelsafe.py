@@ -11,6 +11,7 @@ answer (bounded by the client's timeouts) and is closed, its connection returned
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 
@@ -33,11 +34,16 @@ class CancelSafeTransport(httpx.AsyncBaseTransport):
         self._orphans.discard(task)
         if task.cancelled() or task.exception() is not None:
             return
-        closing = asyncio.ensure_future(task.result().aclose())
-        closing.add_done_callback(lambda done: done.cancelled() or done.exception())
+        retrieved_when_done(asyncio.ensure_future(task.result().aclose()))
 
     async def aclose(self) -> None:
         for task in self._orphans:  # the pool is closing: its connections go with it
             task.cancel()
         await asyncio.gather(*self._orphans, return_exceptions=True)
         await self.inner.aclose()
+
+
+def retrieved_when_done(future: asyncio.Future[Any]) -> None:
+    """Have `future`'s outcome taken when it comes: work left to finish on its own, whose failure nobody awaits,
+    is not then logged as an exception never retrieved."""
+    future.add_done_callback(lambda done: done.cancelled() or done.exception())

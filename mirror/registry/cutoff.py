@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+from mirror.registry.cancelsafe import retrieved_when_done
+
 T = TypeVar("T")
 
 
@@ -31,8 +33,10 @@ async def send_cuttable(
         return await asyncio.shield(sending)
     except asyncio.CancelledError:
         cut.set()
-        await asyncio.wait([sending], timeout=wait)
-        sending.add_done_callback(lambda done: done.cancelled() or done.exception())
+        try:
+            await asyncio.wait([sending], timeout=wait)
+        finally:  # cancelled again meanwhile too (a runner's stop, a third Ctrl-C)
+            retrieved_when_done(sending)
         raise
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from mirror.errors import MirrorError
+from mirror.registry.cancelsafe import retrieved_when_done
 from mirror.registry.cutoff import send_cuttable
 from mirror.registry.errors import RegistryError, raise_for_response, without_query
 from mirror.registry.host import RegistryHost
@@ -75,11 +76,11 @@ class BlobUploads(RegistryHost):
             raise
 
     async def _cancel_when_answered(self, repository: str, started: asyncio.Future[UploadSession | None]) -> None:
+        retrieved_when_done(started)  # whether or not the wait below sees it through (cancelled again, say)
         try:
             async with asyncio.timeout(CANCELLED_WAIT):
                 session = await asyncio.shield(started)
         except (Exception, TimeoutError):  # no session, or not known in time: the registry's purge takes it
-            started.add_done_callback(lambda done: done.cancelled() or done.exception())
             return
         if session is not None:
             await self.cancel_upload(repository, session, CANCELLED_WAIT)
