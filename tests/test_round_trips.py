@@ -159,11 +159,43 @@ def test_a_temporary_a_killed_write_left_in_the_state_is_cleared_by_a_later_run(
     kept.mkdir(parents=True)
     (kept / ".tmp-abcd1234").write_bytes(b"cut short")
     (kept / "README").write_text("not ours")
-    monkeypatch.setattr(statecache, "_SWEPT", set())  # a new process
+    monkeypatch.setattr(statecache, "_SWEPT", {})  # a new process
     monkeypatch.setattr(leftovers, "LEFTOVER_SECONDS", 0.0)
     ManifestCache(tmp_path).put(Manifest.parse(b'{"schemaVersion":2,"manifests":[]}'))
     assert sorted(p.name for p in kept.iterdir() if not p.name.isalnum()) == []
     assert (kept / "README").exists()
+
+
+def test_a_long_running_service_sweeps_the_state_again_once_an_hour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mirror serve` is one process for months: a leftover too young at its first write after a restart (within
+    the hour, as a rule) is removed by a write an hour later, not never."""
+    import time as real_time
+    from types import SimpleNamespace
+
+    from mirror import leftovers
+    from mirror.engine import statecache
+
+    clock = SimpleNamespace(now=1000.0)
+    fake_time = SimpleNamespace(time=real_time.time, monotonic=lambda: clock.now)
+    monkeypatch.setattr(statecache, "time", fake_time)
+    monkeypatch.setattr(statecache, "_SWEPT", {})
+    kept = tmp_path / "manifests" / "sha256"
+    kept.mkdir(parents=True)
+    (kept / ".tmp-abcd1234").write_bytes(b"cut short")
+    cache = ManifestCache(tmp_path)
+
+    def kept_a_manifest(n: int) -> bool:
+        cache.put(Manifest.parse(b'{"schemaVersion":2,"manifests":[],"annotations":{"n":"%d"}}' % n))
+        return (kept / ".tmp-abcd1234").exists()
+
+    assert kept_a_manifest(1)  # swept, and too young to go
+    monkeypatch.setattr(leftovers, "LEFTOVER_SECONDS", 0.0)  # it has aged
+    clock.now += 60
+    assert kept_a_manifest(2)  # not swept again within the hour
+    clock.now += 3600
+    assert not kept_a_manifest(3)
 
 
 def test_a_registry_without_the_referrers_api_is_asked_again_after_a_day(tmp_path: Path) -> None:

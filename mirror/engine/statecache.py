@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mirror.leftovers import sweep
+from mirror.leftovers import LEFTOVER_SECONDS, sweep
 from mirror.oci import Manifest, ManifestError
 
 log = logging.getLogger("mirror")
@@ -33,7 +33,9 @@ MAX_NOTES_BYTES = 1024 * 1024
 MAX_TAGS_KEPT = 4000  # about 0.6 MB of tags.json
 # state_dirs a warning said could not be written: once per run (a process), and again after a write there works
 _UNWRITABLE: set[Path] = set()
-_SWEPT: set[Path] = set()  # folders cleared of what killed writes left, once a process
+# folders cleared of what killed writes left, and when: again once what was too young then may have aged (the
+# service is one process for months, and its first write after a restart comes within the hour)
+_SWEPT: dict[Path, float] = {}
 
 
 class ManifestCache:
@@ -158,8 +160,9 @@ def _write_atomically(path: Path, data: bytes, state_dir: Path) -> None:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
-        if path.parent not in _SWEPT:  # once a run: the manifests' folder holds thousands of files
-            _SWEPT.add(path.parent)
+        now = time.monotonic()
+        if now - _SWEPT.get(path.parent, -LEFTOVER_SECONDS) >= LEFTOVER_SECONDS:  # thousands of files: not each write
+            _SWEPT[path.parent] = now
             sweep(path.parent, (".tmp-" + "?" * 8,))
     except OSError as exc:
         log.debug("state not kept at %s: %s", path, exc)
