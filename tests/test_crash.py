@@ -4,6 +4,7 @@ target registry dying mid-copy, two syncs of one target, and memory that stays f
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import random
@@ -199,6 +200,25 @@ def live_upload_sessions(registry: LocalRegistry) -> list[Path]:
     cut off, may write an empty hash state after the session's DELETE, which its next purge removes)."""
     uploads = registry.storage.glob("docker/registry/v2/repositories/**/_uploads/*")
     return [session for session in uploads if (session / "startedat").exists() or (session / "data").exists()]
+
+
+def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path: Path) -> None:
+    """`mirror sync ... &` from a script starts it with SIGINT ignored, as a background job should be: the
+    terminal's Ctrl-C is not for it, and the copy goes on to its end."""
+    with slow_copy(tmp_path, delay=1.0) as (source, target):
+        config = write_config(tmp_path / "mirror.yaml", source, [target])
+        ignoring = functools.partial(signal.signal, signal.SIGINT, signal.SIG_IGN)
+        command = mirror_command(config)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ignoring
+        )
+        wait_for(lambda: first_upload_started(target))
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0 and "Ctrl-C" not in err, err
+        for repository, tag in IMAGES:
+            assert manifest_digest(target, repository, tag) is not None
+        assert incomplete_tags(target) == []
 
 
 @pytest.mark.parametrize(

@@ -78,14 +78,18 @@ async def _sync(
     period, then report what was done."""
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, shutdown.request, settings.shutdown_grace, SIGTERM)
-    loop.add_signal_handler(signal.SIGINT, _on_ctrl_c, loop, shutdown, settings.shutdown_grace)
+    # a run started with SIGINT ignored (`mirror sync ... &` from a script) keeps ignoring it, as Python would
+    hears_ctrl_c = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    if hears_ctrl_c:
+        loop.add_signal_handler(signal.SIGINT, _on_ctrl_c, loop, shutdown, settings.shutdown_grace)
     try:
         if discover:
             return await discover_and_sync(settings, options, progress_for(sys.stderr), shutdown)
         return await sync(settings, versions, options, progress_for(sys.stderr), shutdown)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
-        loop.remove_signal_handler(signal.SIGINT)
+        if hears_ctrl_c:
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def _on_ctrl_c(loop: asyncio.AbstractEventLoop, shutdown: Shutdown, grace: float) -> None:
