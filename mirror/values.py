@@ -377,14 +377,14 @@ def write_values(
     chart_version_: str | None = None,
 ) -> ValuesFile:
     """Write one chart's values (the release chart's with the DRA RBAC file; the chart's .tgz when it goes
-    beside them; a warning per pod the proof found without the pull secret, or in a namespace the kubectl line
-    does not create it in) to `<output_dir>/<target>/<version>/`,
+    beside them; a warning per pod the proof found without the pull secret; the kubectl line creating the
+    secret in every namespace the rendered pods run in) to `<output_dir>/<target>/<version>/`,
     and to `<output_dir>/<target>/` for the newest release of the run, unless the file there holds a newer one.
     `spec` defaults to the release chart."""
     spec = spec or ChartSpec("hami", settings.values.release, settings.values.kube_namespace, settings.values.file_name)
     chart_version_ = chart_version_ or chart_version(version)
     namespaces = secret_namespaces(proof, values, spec.namespace)
-    warnings = (*warnings, *(proof.secret_warnings(spec.namespace, namespaces) if proof is not None else ()))
+    warnings = (*warnings, *(proof.secret_warnings(spec.namespace) if proof is not None else ()))
     text = render_values(values, _header(spec, target, version, chart_version_, warnings))
     rbac = dra_rbac(settings.values) if spec.is_release_chart else None
     directories = _directories(settings.output_dir / target.name, version, latest, spec.file_name)

@@ -236,7 +236,7 @@ def test_the_warnings_of_a_chart_with_many_pods_without_the_secret_are_a_few_the
     assert len(proof.pods_without_secret) == 300
     warnings = proof.secret_warnings("default")
     assert len(warnings) == 11 and warnings[0].startswith("Deployment app-000 ")
-    assert warnings[-1] == "and 290 more pods the pull secret does not reach (the report's proof lists each pod)"
+    assert warnings[-1] == "and 290 more pods without the pull secret (the report's proof lists each pod)"
     assert len(proof.to_json()["pods"]) == 300  # type: ignore[arg-type]
 
 

@@ -146,8 +146,3 @@ def test_a_charts_entrys_override_and_its_subcharts_own_namespace_each_get_the_s
     written = write_values(settings, target, VERSION, True, values, ChartInstall("x"), SECRET, proof, (), spec, "1.3.0")
     server = pull_registry(target)
     assert written.kubectl_command == f"{made_in('hami', server)} && {made_in('monitoring', server)}"
-    # a line that made the secret in the release's namespace alone would leave the WebUI's pods without it: said
-    (elsewhere,) = [w for w in proof.secret_warnings("hami", ["hami"]) if "does not create" in w]
-    assert elsewhere.startswith("Deployment hami-webui (hami-webui/templates/deployment.yaml) runs in namespace ")
-    assert "monitoring, where the kubectl line does not create the pull secret acr-pull" in elsewhere
-    assert not [w for w in written.warnings if "does not create" in w]

@@ -81,18 +81,13 @@ class Proof:
         where the pull secret must be, whatever the pod's verdict."""
         return sorted({checked.pod.namespace or release_namespace for checked in self.pods})
 
-    def secret_warnings(self, release_namespace: str, secret_namespaces: Iterable[str] | None = None) -> list[str]:
-        """One line per pod without the pull secret: which pod, why, and the exact commands that let it pull; and,
-        given the namespaces the kubectl line creates the secret in, one per pod that runs in another. At most
-        the first few, then how many more: each goes into the values file's header and the report."""
+    def secret_warnings(self, release_namespace: str) -> list[str]:
+        """One line per pod without the pull secret: which pod, why, and the exact commands that let it pull. At
+        most the first few, then how many more: each goes into the values file's header and the report. (The
+        kubectl line creates the secret in every namespace these pods run in: `secret_namespaces`.)"""
         secret = self.pull_secret or ""
         lines = [_secret_warning(checked, secret, release_namespace) for checked in self.pods_without_secret]
-        if secret_namespaces is not None:
-            covered = set(secret_namespaces)
-            for checked in self.pods:
-                if (checked.pod.namespace or release_namespace) not in covered:
-                    lines.append(_elsewhere_warning(checked.pod, secret, release_namespace))
-        return first_few(lines, "pods the pull secret does not reach (the report's proof lists each pod)")
+        return first_few(lines, "pods without the pull secret (the report's proof lists each pod)")
 
     def failures(self) -> list[str]:
         """Each image not mirrored, as one line of bounded length (the reference, its template and note clipped:
@@ -123,14 +118,6 @@ def _secret_warning(checked: CheckedPod, secret: str, release_namespace: str) ->
         steps += ", then recreate its pods"
     return (
         f"{pod.workload} ({pod.source}) {why}, so its pods cannot pull from the target: after helm install, run {steps}"
-    )
-
-
-def _elsewhere_warning(pod: PodPull, secret: str, release_namespace: str) -> str:
-    namespace = pod.namespace or release_namespace
-    return (
-        f"{pod.workload} ({pod.source}) runs in namespace {namespace}, where the kubectl line does not create the "
-        f"pull secret {secret}, so its pods cannot pull from the target: create it there too"
     )
 
 
