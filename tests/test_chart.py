@@ -501,10 +501,13 @@ def test_discovery_by_tags_leaves_a_release_whose_chart_is_not_out_for_a_later_r
     images = seed_chart_images(source)
     index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
     with_client(source, functools.partial(_tag, tag="v2.11.0", index=index))  # an image, but no chart yet
-    config = chart_config(tmp_path, source, target, {"repository": repository.url}, discovery={"source": "tags"})
+    repository.add("hami", "2.9.0", hami_chart(source.host, "2.9.0"))
+    with_client(source, functools.partial(_tag, tag="v2.9.0", index=index))
+    discovery = {"source": "tags", "newest": 2}  # the two newest of the releases with a chart
+    config = chart_config(tmp_path, source, target, {"repository": repository.url}, discovery=discovery)
     code, report, err = sync_json(config, capsys, "--discover")
     assert code == 0, err
-    assert [release["version"] for release in report] == [VERSION]
+    assert [release["version"] for release in report] == ["v2.9.0", VERSION]
     assert manifest_digest(target, "mirrored/projecthami_hami", VERSION) == images["projecthami/hami"].digest
     assert manifest_digest(target, "mirrored/projecthami_hami", "v2.11.0") is None
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("discovery: ")]

@@ -88,18 +88,19 @@ async def discover(settings: MirrorSettings, clients: Clients) -> list[str]:
     for image, repository in version_bearing_images(settings):
         found = versions_in(image, await source.list_tags(repository.name))
         published = found if published is None else published & found
-    versions = select_versions(sorted(published or ()), settings.discovery)
     if settings.chart is None:
-        return versions
+        return select_versions(sorted(published or ()), settings.discovery)
+    every = select_versions(sorted(published or ()), settings.discovery.model_copy(update={"newest": 0}))
     charted = set(await _chart_releases(settings, clients))
-    waiting = [version for version in versions if version not in charted]
+    waiting = [version for version in every if version not in charted]
     if waiting:  # its images are pushed before its chart is published: a later run takes it
         log.warning(
             "discovery: %s left for a later run: tagged at the source, its chart not published yet in %s",
             ", ".join(waiting),
             chart_location(settings).shown_repository,
         )
-    return [version for version in versions if version in charted]
+    versions = [version for version in every if version in charted]  # then the newest N of those
+    return versions[-settings.discovery.newest :] if settings.discovery.newest else versions
 
 
 async def _chart_releases(settings: MirrorSettings, clients: Clients) -> list[str]:
