@@ -7,6 +7,8 @@ APScheduler is imported when a trigger is built: only configs with a schedule pa
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from mirror.untrusted import is_number
@@ -42,6 +44,14 @@ def cron_trigger(expression: str) -> BaseTrigger:
     by_day = CronTrigger(**{**fields, "day_of_week": "*"}, timezone="UTC")
     by_weekday = CronTrigger(**{**fields, "day": "*"}, timezone="UTC")
     return OrTrigger([by_day, by_weekday])
+
+
+def fire_times(trigger: BaseTrigger, since: datetime.datetime) -> Iterator[datetime.datetime]:
+    """The trigger's fire times from `since` on, in order (as many as the caller takes)."""
+    moment = trigger.get_next_fire_time(None, since)
+    while moment is not None:
+        yield moment
+        moment = trigger.get_next_fire_time(moment, moment + datetime.timedelta(seconds=1))
 
 
 def weekday_names(field: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 from collections.abc import Iterator
 
 from mirror.engine.jobs import check_versions, select_targets, source_repository
@@ -94,15 +95,8 @@ def _login(settings: MirrorSettings, host: str) -> str:
 
 
 def _next_ticks(schedule: str) -> list[str]:
-    from mirror.cron import cron_trigger
+    """The schedule's next runs, from the service's own trigger."""
+    from mirror.cron import cron_trigger, fire_times
 
-    trigger = cron_trigger(schedule)
-    ticks: list[str] = []
-    previous, now = None, datetime.datetime.now(datetime.UTC)
-    while len(ticks) < NEXT_TICKS:
-        tick = trigger.get_next_fire_time(previous, now)
-        if tick is None:
-            break
-        ticks.append(tick.strftime("%Y-%m-%d %H:%M UTC"))
-        previous, now = tick, tick + datetime.timedelta(seconds=1)
-    return ticks
+    ticks = fire_times(cron_trigger(schedule), datetime.datetime.now(datetime.UTC))
+    return [tick.strftime("%Y-%m-%d %H:%M UTC") for tick in itertools.islice(ticks, NEXT_TICKS)]

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 
-from mirror.cron import cron_trigger
+from mirror.cron import cron_trigger, fire_times
 
 log = logging.getLogger("mirror.service")
 MISFIRE_GRACE_SECONDS = 60  # a tick run later than this after its time is skipped
@@ -45,11 +45,11 @@ def tick_delivery(trigger: BaseTrigger, now: datetime.datetime, within: float = 
     """`schedule:<fire time>` for the tick running at `now`: the trigger's latest fire time at or before it (the
     same on every replica whose clock agrees to within the schedule's period); None when none is `within` seconds
     before it (the misfire grace)."""
-    moment = trigger.get_next_fire_time(None, now - datetime.timedelta(seconds=within))
     latest = None
-    while moment is not None and moment <= now:
+    for moment in fire_times(trigger, now - datetime.timedelta(seconds=within)):
+        if moment > now:
+            break
         latest = moment
-        moment = trigger.get_next_fire_time(moment, moment + datetime.timedelta(seconds=1))
     return f"schedule:{latest.astimezone(datetime.UTC):%Y-%m-%dT%H:%M:%SZ}" if latest is not None else None
 
 
