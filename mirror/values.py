@@ -223,7 +223,7 @@ def dra_rbac(settings: ValuesSettings) -> str:
                 {
                     "kind": "ServiceAccount",
                     "name": scheduler_service_account(settings.release, settings.extra),
-                    "namespace": str(settings.extra.get("namespaceOverride") or settings.kube_namespace),
+                    "namespace": workloads_namespace(settings.extra, settings.kube_namespace),
                 }
             ],
         },
@@ -240,7 +240,12 @@ def secret_namespaces(proof: Proof | None, values: Mapping[str, Any], release_na
     the release's namespace."""
     if proof is not None and proof.pods:
         return proof.secret_namespaces(release_namespace)
-    return [str(values.get("namespaceOverride") or release_namespace)]
+    return [workloads_namespace(values, release_namespace)]
+
+
+def workloads_namespace(values: Mapping[str, Any], release_namespace: str) -> str:
+    """Where HAMi's chart puts its workloads: the `namespaceOverride` the values set, else the release's."""
+    return str(values.get("namespaceOverride") or release_namespace)
 
 
 def kubectl_secret_command(target: TargetSettings, name: str, namespaces: Iterable[str]) -> str:
