@@ -154,6 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sync_cmd.add_argument("-v", "--verbose", action="store_true", help="log HTTP requests too")
     sync_cmd.set_defaults(command_parser=sync_cmd)
+    _check_command(commands)
+    summary = "run the service: scheduled discovery, webhooks, the job API"
+    serve_cmd = _command(commands, "serve", summary, SERVE_DESCRIPTION, SERVE_EPILOG)
+    serve_cmd.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")  # noqa: S104
+    serve_cmd.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    return parser
+
+
+def _check_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     summary = "read the config as sync and serve would and say what it means; nothing is sent"
     check_cmd = _command(commands, "check", summary, CHECK_DESCRIPTION, CHECK_EPILOG)
     check_cmd.add_argument("versions", nargs="*", metavar="VERSION", help="show what these releases mirror")
@@ -164,11 +173,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--serve", action="store_true", help="also what `mirror serve --port PORT` refuses, short of opening anything"
     )
     check_cmd.add_argument("--port", type=int, default=8080, help="with --serve: the port serve is given (8080)")
-    summary = "run the service: scheduled discovery, webhooks, the job API"
-    serve_cmd = _command(commands, "serve", summary, SERVE_DESCRIPTION, SERVE_EPILOG)
-    serve_cmd.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")  # noqa: S104
-    serve_cmd.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    return parser
 
 
 def _command(
