@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mirror.registry.cancelsafe import retrieved_when_done
 
@@ -45,18 +45,24 @@ async def _until(cut: asyncio.Event, body: AsyncIterable[bytes]) -> AsyncIterato
     stop = asyncio.ensure_future(cut.wait())
     try:
         while True:
-            piece = asyncio.ensure_future(_next(pieces))
-            await asyncio.wait([piece, stop], return_when=asyncio.FIRST_COMPLETED)
-            if not piece.done():
-                piece.cancel()
-                await asyncio.wait([piece])
-                raise BodyCut("the upload's sender was cancelled")
-            data = piece.result()
+            data = await _next_unless_cut(pieces, stop)
             if data is None:
                 return
             yield data
+            del data  # not held while the next is read: a chunk in memory at a time per upload
     finally:
         stop.cancel()
+
+
+async def _next_unless_cut(pieces: AsyncIterator[bytes], stop: asyncio.Future[Any]) -> bytes | None:
+    """The next piece of the body (None at its end), unless `stop` comes first: then the read is cancelled."""
+    piece = asyncio.ensure_future(_next(pieces))
+    await asyncio.wait([piece, stop], return_when=asyncio.FIRST_COMPLETED)
+    if not piece.done():
+        piece.cancel()
+        await asyncio.wait([piece])
+        raise BodyCut("the upload's sender was cancelled")
+    return piece.result()
 
 
 async def _next(pieces: AsyncIterator[bytes]) -> bytes | None:
