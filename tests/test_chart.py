@@ -485,6 +485,8 @@ def test_discovery_follows_the_chart_repository(
     assert [release["version"] for release in report] == ["v2.9.0", "v2.10.0"]  # >=2.7.0; v2.11.0 has no chart
     assert manifest_digest(target, "mirrored/projecthami_hami", "v2.11.0") is None
     assert manifest_digest(target, "mirrored/projecthami_hami", "v2.9.0") == images["projecthami/hami"].digest
+    # discovery and the fetch of both releases' charts read the index once: a round trip across the border each
+    assert len([path for path in repository.requests if path.endswith("/index.yaml")]) == 1
 
 
 def test_discovery_by_tags_leaves_a_release_whose_chart_is_not_out_for_a_later_run(

@@ -113,7 +113,27 @@ def _version(entry: dict[str, Any]) -> str | None:
     return text if text and len(text) <= MAX_FIELD_CHARS else None
 
 
-async def published_versions(location: ChartLocation, limits: FetchLimits, source: RegistryClient | None) -> list[str]:
+# A classic repository's index entries of one chart, read once in a run by whoever asks first (discovery, the
+# chart's fetch, `newest`): each read is a round trip across the border. Kept by the run (`Clients`), never
+# across runs: the index changes when a release is published.
+IndexMemo = dict[tuple[str, str], list[dict[str, Any]]]
+
+
+async def _index_entries(
+    client: httpx.AsyncClient, location: ChartLocation, indexes: IndexMemo | None
+) -> list[dict[str, Any]]:
+    key = (location.repository, location.name)
+    if indexes is not None and key in indexes:
+        return indexes[key]
+    entries = await read_index(client, location)
+    if indexes is not None:
+        indexes[key] = entries
+    return entries
+
+
+async def published_versions(
+    location: ChartLocation, limits: FetchLimits, source: RegistryClient | None, indexes: IndexMemo | None = None
+) -> list[str]:
     """Every version of the chart its repository publishes."""
     if location.is_oci:
         assert source is not None
@@ -121,8 +141,10 @@ async def published_versions(location: ChartLocation, limits: FetchLimits, sourc
             return [t.replace("_", "+") for t in await source.list_tags(location.oci_parts()[1])]
         except (RegistryError, RegistryUnreachable) as exc:
             raise ChartError(f"chart {location}: {clip(str(exc))}") from None
+    if indexes is not None and (location.repository, location.name) in indexes:
+        return [str(_version(e)) for e in indexes[(location.repository, location.name)]]
     async with http_client(limits) as client:
-        return [str(_version(e)) for e in await read_index(client, location)]
+        return [str(_version(e)) for e in await _index_entries(client, location, indexes)]
 
 
 class KnownManifests(Protocol):
@@ -139,9 +161,11 @@ async def fetch_charts(
     limits: FetchLimits,
     source: RegistryClient | None = None,
     known: KnownManifests | None = None,
+    indexes: IndexMemo | None = None,
 ) -> dict[str, ChartArchive]:
-    """The chart archive of each version (the repository's index read once), verified against its digest and
-    opened safely. An OCI chart's manifest is taken from `known` where the tag's digest is there."""
+    """The chart archive of each version (the repository's index read once, or taken from `indexes` where the
+    run read it already), verified against its digest and opened safely. An OCI chart's manifest is taken from
+    `known` where the tag's digest is there."""
     raws: dict[str, bytes] = {}
     if location.is_oci:
         assert source is not None, "an OCI chart needs a registry client for its host"
@@ -150,7 +174,7 @@ async def fetch_charts(
             raws[version] = await _fetch_oci(source, location, version, limits, where, known)
     else:
         async with http_client(limits) as client:
-            entries = await read_index(client, location) if versions else []
+            entries = await _index_entries(client, location, indexes) if versions else []
             for version in versions:
                 raws[version] = await _fetch_classic(client, location, entries, version, limits)
     charts = {}

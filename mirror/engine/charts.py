@@ -53,7 +53,8 @@ async def fetch_install_charts(settings: MirrorSettings, versions: list[str], cl
     limits = fetch_limits(settings)
     known = ManifestCache(settings.state_dir)  # an OCI chart's manifest, kept: its tag's HEAD tells if it moved
     client = _client(location, clients)
-    charts = await fetch_charts(location, [chart_version(v) for v in versions], limits, client, known)
+    versions_asked = [chart_version(v) for v in versions]
+    charts = await fetch_charts(location, versions_asked, limits, client, known, clients.chart_indexes)
     release = {}
     for v in versions:
         release[v] = await read_chart(settings, release_spec(settings), charts[chart_version(v)], clients)
@@ -145,8 +146,8 @@ async def _fetch_other(
     client = _client(location, clients)
     version = chart.version
     if version == NEWEST:
-        version = newest(await published_versions(location, limits, client), str(location))
-    return (await fetch_charts(location, [version], limits, client, known))[version]
+        version = newest(await published_versions(location, limits, client, clients.chart_indexes), str(location))
+    return (await fetch_charts(location, [version], limits, client, known, clients.chart_indexes))[version]
 
 
 def newest(versions: list[str], where: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from mirror.engine.tasks import asked_again_if_failed
 from mirror.oci import Descriptor
@@ -18,6 +19,9 @@ from mirror.registry.options import ClientOptions, PullBudgetOptions, TemporaryL
 from mirror.registry.proxy import ProxyRules, environment_proxies
 from mirror.registry.retry import RetryPolicy, StatusObserver
 from mirror.settings import MirrorSettings, RetrySettings
+
+if TYPE_CHECKING:
+    from mirror.chart.source import IndexMemo
 
 log = logging.getLogger("mirror")
 
@@ -92,6 +96,7 @@ class Clients:
         self._tags: dict[tuple[str, str, str], asyncio.Future[Descriptor | None]] = {}
         self._repositories: dict[tuple[str, str], asyncio.Future[bool]] = {}
         self.proxies = environment_proxies()  # a variable mirror cannot use stops the run here, before any request
+        self.chart_indexes: IndexMemo = {}  # each classic chart repository's index, read once a run
 
     def __getitem__(self, host: str) -> RegistryClient:
         host = api_host(host)

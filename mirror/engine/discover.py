@@ -108,7 +108,7 @@ async def _chart_releases(settings: MirrorSettings, clients: Clients) -> list[st
     location = chart_location(settings)
     client = clients[location.oci_parts()[0]] if location.is_oci else None
     releases = []
-    for version in await published_versions(location, fetch_limits(settings), client):
+    for version in await published_versions(location, fetch_limits(settings), client, clients.chart_indexes):
         try:
             releases.append(normalise_version(version))
         except VersionError:
