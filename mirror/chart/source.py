@@ -120,12 +120,18 @@ IndexMemo = dict[tuple[str, str], list[dict[str, Any]]]
 
 
 async def _index_entries(
-    client: httpx.AsyncClient, location: ChartLocation, indexes: IndexMemo | None
+    location: ChartLocation, indexes: IndexMemo | None, client: httpx.AsyncClient | None, limits: FetchLimits
 ) -> list[dict[str, Any]]:
+    """The chart's index entries: the run's where it read them already, else read (over `client`, or one of its
+    own where the caller has none open)."""
     key = (location.repository, location.name)
     if indexes is not None and key in indexes:
         return indexes[key]
-    entries = await read_index(client, location)
+    if client is None:
+        async with http_client(limits) as own:
+            entries = await read_index(own, location)
+    else:
+        entries = await read_index(client, location)
     if indexes is not None:
         indexes[key] = entries
     return entries
@@ -141,10 +147,7 @@ async def published_versions(
             return [t.replace("_", "+") for t in await source.list_tags(location.oci_parts()[1])]
         except (RegistryError, RegistryUnreachable) as exc:
             raise ChartError(f"chart {location}: {clip(str(exc))}") from None
-    if indexes is not None and (location.repository, location.name) in indexes:
-        return [str(_version(e)) for e in indexes[(location.repository, location.name)]]
-    async with http_client(limits) as client:
-        return [str(_version(e)) for e in await _index_entries(client, location, indexes)]
+    return [str(_version(e)) for e in await _index_entries(location, indexes, None, limits)]
 
 
 class KnownManifests(Protocol):
@@ -174,7 +177,7 @@ async def fetch_charts(
             raws[version] = await _fetch_oci(source, location, version, limits, where, known)
     else:
         async with http_client(limits) as client:
-            entries = await _index_entries(client, location, indexes) if versions else []
+            entries = await _index_entries(location, indexes, client, limits) if versions else []
             for version in versions:
                 raws[version] = await _fetch_classic(client, location, entries, version, limits)
     charts = {}

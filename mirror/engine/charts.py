@@ -40,7 +40,7 @@ def fetch_limits(settings: MirrorSettings) -> FetchLimits:
     return FetchLimits(settings.chart.max_bytes, transfer.read_timeout, policy, transfer.deadline, transfer.min_rate)
 
 
-def _client(location: ChartLocation, clients: Clients) -> RegistryClient | None:
+def chart_client(location: ChartLocation, clients: Clients) -> RegistryClient | None:
     """An oci:// chart is read through the run's client for its host: the images' credentials and tokens."""
     return clients[location.oci_parts()[0]] if location.is_oci else None
 
@@ -52,7 +52,7 @@ async def fetch_install_charts(settings: MirrorSettings, versions: list[str], cl
     location = chart_location(settings)
     limits = fetch_limits(settings)
     known = ManifestCache(settings.state_dir)  # an OCI chart's manifest, kept: its tag's HEAD tells if it moved
-    client = _client(location, clients)
+    client = chart_client(location, clients)
     versions_asked = [chart_version(v) for v in versions]
     charts = await fetch_charts(location, versions_asked, limits, client, known, clients.chart_indexes)
     release = {}
@@ -143,7 +143,7 @@ async def _fetch_other(
     chart: InstallChartSettings, limits: FetchLimits, clients: Clients, known: ManifestCache
 ) -> ChartArchive:
     location = ChartLocation(chart.repository, chart.name)
-    client = _client(location, clients)
+    client = chart_client(location, clients)
     version = chart.version
     if version == NEWEST:
         version = newest(await published_versions(location, limits, client, clients.chart_indexes), str(location))

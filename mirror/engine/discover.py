@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from mirror.chart.source import published_versions
-from mirror.engine.charts import chart_location, fetch_limits
+from mirror.engine.charts import chart_client, chart_location, fetch_limits
 from mirror.engine.clients import Clients
 from mirror.engine.jobs import source_repository
 from mirror.errors import Kind, MirrorError
@@ -106,9 +106,9 @@ async def discover(settings: MirrorSettings, clients: Clients) -> list[str]:
 async def _chart_releases(settings: MirrorSettings, clients: Clients) -> list[str]:
     """The release versions of the charts the repository publishes (`2.10.0` and `v2.10.0` alike)."""
     location = chart_location(settings)
-    client = clients[location.oci_parts()[0]] if location.is_oci else None
     releases = []
-    for version in await published_versions(location, fetch_limits(settings), client, clients.chart_indexes):
+    limits = fetch_limits(settings)
+    for version in await published_versions(location, limits, chart_client(location, clients), clients.chart_indexes):
         try:
             releases.append(normalise_version(version))
         except VersionError:
