@@ -11,7 +11,7 @@ from mirror.engine.clients import Clients
 from mirror.engine.jobs import source_repository
 from mirror.errors import Kind, MirrorError
 from mirror.reference import Repository
-from mirror.release import VersionError, matches, normalise_version, parse_filter, version_key
+from mirror.release import VersionError, is_prerelease, matches, normalise_version, parse_filter, version_key
 from mirror.settings import VERSION_PLACEHOLDER, DiscoverySettings, ImageSettings, MirrorSettings
 from mirror.values import NESTED_SCHEMA_SINCE
 
@@ -37,7 +37,7 @@ def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:
             continue
         if version != tag:  # only tags spelled as the chart's image tags (`v2.10.0`)
             continue
-        if "-" in version and not discovery.prereleases:
+        if is_prerelease(version) and not discovery.prereleases:
             continue
         if matches(version, clauses):
             versions.add(version)
@@ -48,7 +48,7 @@ def select_versions(tags: list[str], discovery: DiscoverySettings) -> list[str]:
             " write (narrow discovery.versions to >=2.7.0)",
             ", ".join(too_old),
         )
-    released = {version for version in versions if "-" not in version}
+    released = {version for version in versions if not is_prerelease(version)}
     superseded = {version for version in versions - released if version.split("-", 1)[0] in released}
     ordered = sorted(versions - set(too_old) - superseded, key=version_key)
     return ordered[-discovery.newest :] if discovery.newest else ordered

@@ -143,13 +143,16 @@ def headline(event: Event, style: Style = PLAIN) -> str:
         case Mirrored():
             return f"mirror: {shown(event.release)} mirrored to {shown(event.target)}"
         case Failed():
-            first = event.failures[0]
-            more = f" and {len(event.failures) - 1} more" if len(event.failures) > 1 else ""
+            first, more = event.failures[0], _and_more(event.failures)
             return f"mirror: {shown(event.release)} FAILED: {shown(first.what)} -> {shown(first.where)}{more}"
         case Drifted():
-            seen = event.drifts[0]
-            more = f" and {len(event.drifts) - 1} more" if len(event.drifts) > 1 else ""
+            seen, more = event.drifts[0], _and_more(event.drifts)
             return f"mirror: {shown(event.release)} drift: {shown(seen.image)} at {shown(seen.target)}{more}"
+
+
+def _and_more(items: tuple[object, ...]) -> str:
+    """What a headline naming the first of `items` adds for the rest."""
+    return f" and {len(items) - 1} more" if len(items) > 1 else ""
 
 
 def lines(event: Event, style: Style = PLAIN) -> list[str]:

@@ -153,13 +153,11 @@ class BlobUploads(RegistryHost):
     ) -> httpx.Response:
         """An upload step with its bytes. A streamed body is cut off if the caller is cancelled (cutoff.py), so
         the session can be cancelled once the request has ended."""
-        if isinstance(body, bytes):
-            return await self._send(action, where, method, url, content=body, headers=headers)
 
-        def send(content: AsyncIterable[bytes]) -> Awaitable[httpx.Response]:
+        def send(content: bytes | AsyncIterable[bytes]) -> Awaitable[httpx.Response]:
             return self._send(action, where, method, url, content=content, headers=headers)
 
-        return await send_cuttable(send, body, CANCELLED_WAIT)
+        return await (send(body) if isinstance(body, bytes) else send_cuttable(send, body, CANCELLED_WAIT))
 
     async def upload_status(self, repository: str, session: UploadSession) -> tuple[UploadSession, int] | None:
         """How many bytes the upload session holds, or None when the registry no longer knows it."""
