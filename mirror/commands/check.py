@@ -10,7 +10,7 @@ import datetime
 import itertools
 from collections.abc import Iterator
 
-from mirror.engine.jobs import check_versions, select_targets, source_repository
+from mirror.engine.jobs import check_versions, select_targets, source_repository, target_repository
 from mirror.errors import MirrorError
 from mirror.reference import without_userinfo
 from mirror.settings import MirrorSettings, load_settings
@@ -71,16 +71,15 @@ def _what_a_release_mirrors(
     for other in settings.charts:
         shown = without_userinfo(other.repository)
         yield f"chart: {other.name} {other.version} from {shown}, installed with the release"
+    if not settings.images:
+        return
     for version in versions or ["{version}"]:
-        if not settings.images:
-            continue
         yield f"release {version}:"
         for image in settings.images:
-            source = source_repository(settings, image)
             tag = image.tag_for(version) if versions else image.tag
-            yield f"  {image.name}: {source}:{tag}"
+            yield f"  {image.name}: {source_repository(settings, image)}:{tag}"
             for target in targets:
-                yield f"    -> {target.name}: {target.registry}/{target.namespace}/{image.name}:{tag}"
+                yield f"    -> {target.name}: {target_repository(target, image.name)}:{tag}"
 
 
 def _login(settings: MirrorSettings, host: str) -> str:

@@ -102,8 +102,9 @@ async def deliver(
     pull_secret = result.pull_secret_for(target)
     values, proof = await _proven_values(settings, job, chart, target, outcomes, pull_secret)
     label = f"{job.version} {chart.spec.name} -> {target.name}"
-    problems, notes = _left_behind_all(chart, proof, label, settings.values.unmirrored == "error")
-    if problems and settings.values.unmirrored == "error":
+    refusing = settings.values.unmirrored == "error"
+    problems, notes = _left_behind_all(chart, proof, label, refusing)
+    if problems and refusing:
         return Delivery(None, _withheld(settings, chart, target, problems))
     for problem in (*problems, *notes):
         log.warning("%s: values written with an image left behind: %s", label, clip(problem, PROBLEM_CHARS))

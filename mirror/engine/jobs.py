@@ -147,6 +147,11 @@ def source_repository(settings: MirrorSettings, image: ImageSettings) -> Reposit
     return Repository.of(image.registry or settings.source.registry, image.source)
 
 
+def target_repository(target: TargetSettings, name: str) -> Repository:
+    """Where an image of this name goes at `target`: under its namespace."""
+    return Repository.of(target.registry, f"{target.namespace}/{name}")
+
+
 def check_versions(settings: MirrorSettings, versions: list[str]) -> list[str]:
     """Normalised, de-duplicated versions; refuses charts whose values schema mirror does not write."""
     normalised = list(dict.fromkeys(normalise_version(v) for v in versions))
@@ -223,7 +228,7 @@ def _release_job(
             copy.image,
             copy.source,
             copy.tag,
-            tuple(TargetRef(t, Repository.of(t.registry, f"{t.namespace}/{copy.image.name}")) for t in targets),
+            tuple(TargetRef(t, target_repository(t, copy.image.name)) for t in targets),
             copy.digest,
         )
         for copy in _one_digest_per_tag(list(copies))

@@ -584,7 +584,7 @@ def _enqueue_once(db: Connection, ask: _Ask, now: float) -> tuple[Any, bool]:
         stale = seen  # its job failed: the delivery asks again
     taken, state = _taking_job(db, ask.key, now - ask.done_within if ask.done_within > 0 else None)
     if taken is not None:
-        return (_point(db, ask.delivery, taken.id, stale) if ask.delivery is not None else taken), False
+        return (_point(db, ask.delivery, taken, stale) if ask.delivery is not None else taken), False
     if ask.max_queued is not None:
         _check_room(db, ask.max_queued)
     return _insert(db, ask, now, stale, state), True
@@ -631,24 +631,24 @@ def _insert(db: Connection, ask: _Ask, now: float, stale: Any, state: str) -> An
     }
     row = db.execute(insert(jobs).values(**job).returning(jobs)).one()
     if ask.delivery is not None:
-        answering = _point(db, ask.delivery, row.id, stale)
+        answering = _point(db, ask.delivery, row, stale)
         if answering is None or answering.id != row.id:
             raise _Raced  # a racing replica's job took the delivery first: ours is rolled back
     return row
 
 
-def _point(db: Connection, delivery: str, job_id: str, stale: Any) -> Any:
-    """Note that job `job_id` answers `delivery`, moved from `stale` (its failed job) if there was one; the
+def _point(db: Connection, delivery: str, job: Any, stale: Any) -> Any:
+    """Note that `job` (its row) answers `delivery`, moved from `stale` (its failed job) if there was one; the
     job that now answers it (this one, or the one a racing replica noted)."""
     if stale is not None:
         moved = update(deliveries).where(deliveries.c.delivery == delivery, deliveries.c.job_id == stale.id)
-        if db.execute(moved.values(job_id=job_id)).rowcount:
+        if db.execute(moved.values(job_id=job.id)).rowcount:
             return _job_of_delivery(db, delivery)
-    noted = db.execute(select(func.count()).select_from(deliveries).where(deliveries.c.job_id == job_id)).scalar()
+    noted = db.execute(select(func.count()).select_from(deliveries).where(deliveries.c.job_id == job.id)).scalar()
     if (noted or 0) >= MAX_DELIVERIES_PER_JOB:
-        return db.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        return job
     postgres = db.dialect.name == "postgresql"
-    note = (pg_insert if postgres else sqlite_insert)(deliveries).values(delivery=delivery, job_id=job_id)
+    note = (pg_insert if postgres else sqlite_insert)(deliveries).values(delivery=delivery, job_id=job.id)
     db.execute(note.on_conflict_do_nothing())
     return _job_of_delivery(db, delivery)
 
