@@ -75,7 +75,8 @@ def _weekday_range(base: str, stepped: bool) -> tuple[int, int]:
         return 0, 6
     low, dash, high = base.partition("-")
     first = _weekday(low)
-    last = _weekday(high) if dash else 7 if stepped else first  # `1/2`: from Monday on, every other day
+    # `1/2` steps to Saturday, as a Kubernetes CronJob reads it (weekdays 0-6 there): Monday, Wednesday, Friday
+    last = _weekday(high) if dash else 6 if stepped else first
     if last < first:
         raise CronError(f"range {base!r} runs backwards")
     return first, last

@@ -38,6 +38,8 @@ def weekdays(expression: str) -> set[str]:
         ("0 3 * * 5-7", {"Fri", "Sat", "Sun"}),
         ("0 3 * * */2", {"Sun", "Tue", "Thu", "Sat"}),
         ("0 3 * * 1-5/2", {"Mon", "Wed", "Fri"}),
+        ("0 3 * * 1/2", {"Mon", "Wed", "Fri"}),  # not Sunday: a CronJob steps over 0-6
+        ("0 3 * * 0/3", {"Sun", "Wed", "Sat"}),
         ("0 3 * * sat,SUN", {"Sat", "Sun"}),
         ("0 3 * * mon-fri", {"Mon", "Tue", "Wed", "Thu", "Fri"}),
         ("0 0 3 * * 1", {"Mon"}),  # six fields, seconds first
