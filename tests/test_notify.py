@@ -418,3 +418,45 @@ def test_a_post_that_may_have_arrived_is_not_sent_again(tmp_path: Path, monkeypa
     assert arrived == 1  # three before: one per attempt
     errors = {each.channel: each.error or "" for each in sent}
     assert "ReadTimeout" in errors["slow"] and "gone.url" in errors["gone"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://oapi.example.com/robot/send?access_token=TOKEN123\n# ops robot",  # a second line in the file
+        "https://oapi..example.com/robot/send?access_token=TOKEN123",  # an empty label: idna refuses it
+        "https://oapi.example.com:99999/robot/send?access_token=TOKEN123",
+        "https://oapi.example.com/robot/send?access_token=TOKEN123\x7f",
+    ],
+)
+def test_a_url_that_is_no_url_is_refused_at_load_without_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    """Each passed the load's check and raised out of notify() at the post: a traceback and exit 1 after a clean
+    sync on every CronJob run, and in the service no line saying any channel went unheard."""
+    monkeypatch.setenv("ROBOT_URL", url)
+    with pytest.raises(ValueError, match=r"url: (expected an http\(s\) URL|holds a space)") as refused:
+        NotifyChannelSettings(name="robot", kind="wecom", url_env="ROBOT_URL")
+    assert "TOKEN123" not in str(refused.value)
+
+
+def test_a_url_turned_bad_since_load_is_one_undelivered_post(tmp_path: Path) -> None:
+    """The file is read again at each post: what it holds then is a failed post like any other, the run's other
+    channels still heard."""
+    event = Failed("v2.10.0", (Failure("hami", "t0", "tag not found"),))
+    with receiver("slack", "", token_of("slack")) as good:
+        for name in ("good", "bad"):
+            (tmp_path / f"{name}.url").write_text(good.url)
+        settings = NotifySettings(
+            channels=[
+                NotifyChannelSettings(name=name, kind="slack", url_file=tmp_path / f"{name}.url")
+                for name in ("good", "bad")
+            ],
+            deadline=30,
+        )
+        (tmp_path / "bad.url").write_text("https://hooks..example.com/services/TOKEN123")
+        sent = asyncio.run(notify(settings, [event]))
+        arrived = good.arrived
+    errors = {each.channel: each.error for each in sent}
+    assert arrived == 1 and errors["good"] is None
+    assert errors["bad"] == "UnicodeError: the URL is not one to post to"

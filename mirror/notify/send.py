@@ -87,6 +87,9 @@ async def _post(
             if isinstance(exc, NOT_ARRIVED):
                 continue
             break  # it may have arrived (no answer in time, a broken answer): a second would be a duplicate
+        except (httpx.InvalidURL, UnicodeError, ValueError) as exc:  # the URL changed since load into no URL
+            error = f"{type(exc).__name__}: the URL is not one to post to"
+            break
         error = refusal(channel.kind, status, body) or ""
         if not error:
             return Sent(channel.name, event.kind, None)

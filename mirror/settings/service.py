@@ -6,6 +6,7 @@ messages."""
 import re
 from pathlib import Path
 from typing import Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -38,9 +39,8 @@ class NotifyChannelSettings(Section):
 
     @model_validator(mode="after")
     def _readable(self) -> Self:
-        url = self.url()
-        if not re.match(r"^https?://[^\s/]+", url):
-            raise ValueError("url: expected an http(s) URL")
+        if problem := url_problem(self.url()):
+            raise ValueError(f"url: {problem}")
         signed = self.kind in ("dingtalk", "feishu", "webhook")
         if signed:
             secret = self.secret()
@@ -55,6 +55,21 @@ class NotifyChannelSettings(Section):
 
     def secret(self) -> str:
         return secret_from("secret", self.secret_env, self.secret_file)
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be posted to, in words that do not repeat it (it holds the robot's token), or None."""
+    if not re.match(r"^https?://[^\s/]+", url):
+        return "expected an http(s) URL"
+    if re.search(r"[\s\x00-\x1f\x7f]", url):
+        return "holds a space, a line break or a control character (one URL alone in the variable or file)"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- read for its check: a port past 65535 raises
+        (parts.hostname or "").encode("idna")
+    except (ValueError, UnicodeError) as exc:
+        return f"expected an http(s) URL ({type(exc).__name__}: its host or port is not one)"
+    return None
 
 
 class NotifySettings(Section):
