@@ -17,8 +17,9 @@ as each chat makes a link: the address in the text (Slack, Feishu) or a markdown
 look-alikes would break the address's `?job=<id>`): second, after the headline, in a failure or drift, so that
 a cut keeps it; as the values' line in a release mirrored.
 
-Each chat's text is kept under its platform's limit (`TEXT_LIMITS`): past it, whole lines are dropped from the
-end and one line says how many; the headline always stays. The generic webhook's JSON carries everything.
+Each chat's text is kept under its platform's limit (`TEXT_LIMITS`): past it, the line that does not fit is
+clipped to the room left, the lines after it dropped, and one line says how many; the headline always stays.
+The generic webhook's JSON carries everything.
 
 DingTalk, Feishu and WeCom answer 200 with an error code in the body when they refuse: `refusal` reads it."""
 
@@ -130,6 +131,7 @@ def feishu_link(url: str) -> str:
 # characters, kept well under so that a message stays readable. A post over its limit is refused with a 200 and an
 # error code, which is not retried: the message would be lost.
 TEXT_LIMITS = {"wecom": 4096, "dingtalk": 20000, "feishu": 20000, "slack": 12000}
+MIN_CLIPPED = 80  # bytes: less of a line than this says too little to keep
 
 PLAIN = Style(_as_is, _as_is, _as_is)
 SLACK = Style(slack_value, slack_value, slack_link)
@@ -209,20 +211,38 @@ def _markdown(event: Event, limit: int) -> str:
 
 
 def fitted(parts: list[str], separator: str, limit: int | None) -> str:
-    """`parts` joined by `separator`, within `limit` bytes (`_weight`) where one is given: past it, whole parts are
-    dropped from the end and one part says how many. The first part, the headline, always stays."""
+    """`parts` joined by `separator`, within `limit` bytes (`_weight`) where one is given: past it, the first part
+    that does not fit is clipped to the room left (a long reason would otherwise leave none), the rest dropped,
+    and one part says how many. The first part, the headline, always stays."""
     whole = separator.join(parts)
     if limit is None or _weight(whole) <= limit:
         return whole
     headline_part, *rest = parts
     kept, used, step = [headline_part], _weight(headline_part), _weight(separator)
     for index, part in enumerate(rest):
-        with_part = used + step + _weight(part)
-        if with_part + step + _weight(_more(len(rest) - index - 1)) > limit:
-            break
-        kept.append(part)
-        used = with_part
-    return separator.join([*kept, _more(len(rest) - len(kept) + 1)])
+        after = len(rest) - index - 1
+        reserve = step + _weight(_more(after)) if after else 0
+        if used + step + _weight(part) + reserve <= limit:
+            kept.append(part)
+            used += step + _weight(part)
+            continue
+        room = limit - used - step - reserve
+        if room < MIN_CLIPPED:
+            return separator.join([*kept, _more(after + 1)])
+        return separator.join([*kept, _clipped(part, room), *([_more(after)] if after else [])])
+    return separator.join(kept)
+
+
+def _clipped(text: str, room: int) -> str:
+    """The longest start of `text` that, with an ellipsis, weighs at most `room` bytes."""
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _weight(text[:middle] + "…") <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low] + "…"
 
 
 def _more(count: int) -> str:
