@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mirror.service.page import job_view
 from mirror.service.store import FAILED, QUEUED, RUNNING, SUCCEEDED, WAITING, JobStore
 from tests.postgres import Postgres
 
@@ -131,6 +132,8 @@ async def test_a_released_job_is_queued_for_another_replica(store: JobStore) -> 
     assert await store.release(job["id"], "stopping")
     released = await store.get(job["id"]) or {}
     assert released["state"] == QUEUED and released["attempts"] == 0  # a shutdown gives its claim back
+    assert released["started_at"] is None  # the status page showed it "running for" the hours it waited
+    assert job_view(released, time.time() + 7200)["running"] is False
     taken = await store.claim_next("other", 30)
     assert taken is not None and taken["owner"] == "other" and taken["attempts"] == 1
 

@@ -46,7 +46,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from mirror.service.hooks import HookError
-from mirror.service.store import MAX_ERROR_CHARS
+from mirror.service.store import MAX_ERROR_CHARS, RUNNING
 from mirror.untrusted import clip
 
 log = logging.getLogger("mirror.service")
@@ -273,7 +273,7 @@ def job_view(job: dict[str, Any], now: float) -> dict[str, Any]:
         "started": when(started),
         "finished": when(finished),
         "duration": took,
-        "running": finished is None and started is not None,
+        "running": job["state"] == RUNNING,
         "attempts": job["attempts"],
         "error": clip(job["error"], MAX_ERROR_CHARS) if job["error"] else None,
         "releases": releases,

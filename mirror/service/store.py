@@ -401,6 +401,7 @@ class JobStore:
             if follow_up is None:
                 attempts = jobs.c.attempts - 1 if refund else jobs.c.attempts
                 values = {"state": QUEUED, "owner": None, "lease_expires_at": None, "attempts": attempts}
+                values["started_at"] = None  # it waits again: the status page would say "running for" the wait
             else:
                 error = f"cut short {why}; job {follow_up.id}, queued after it, runs its release"
                 values = {"state": FAILED, "finished_at": self._now(db), "error": error}
