@@ -783,3 +783,28 @@ def test_values_set_for_something_else_keep_the_ack_driver_root(
     assert load_settings(config_file(tmp_path, chart_default)).values.extra == {
         "devicePlugin": {"nvidiaDriverRoot": None}
     }
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        "values:\n  extra:\n    global: {imageRegistry: registry-vpc.cn-beijing.aliyuncs.com}\n",
+        "chart: {repository: 'https://charts.example/hami'}\n"
+        "charts:\n  - repository: https://charts.example/webui\n    name: hami-webui\n"
+        "    values: {global: {imageRegistry: registry-vpc.cn-beijing.aliyuncs.com}}\n",
+    ],
+)
+def test_values_that_set_global_image_registry_at_acr_are_refused(tmp_path: Path, values: str) -> None:
+    """An ACR host there (old ACK guides set it) made every chart image read as already at home: nothing copied,
+    the proof passed, and pods pulled paths never pushed. Clearing it, or naming where the images come from,
+    stays allowed (the values written clear it)."""
+    with pytest.raises(
+        ConfigError, match=r"global\.imageRegistry 'registry-vpc.cn-beijing.aliyuncs.com' is a registry"
+    ):
+        load_settings(config_file(tmp_path, yaml.safe_dump(VALID) + values))
+    for allowed in ("''", "quay-mirror.example"):  # clearing it; naming where the images come from
+        load_settings(
+            config_file(
+                tmp_path, yaml.safe_dump(VALID) + values.replace("registry-vpc.cn-beijing.aliyuncs.com", allowed)
+            )
+        )

@@ -3,6 +3,7 @@ variables."""
 
 # No `from __future__ import annotations` in a module of models: pydantic would compile each field's annotation
 # from its string at import, a tenth of the config's import time.
+import fnmatch
 import re
 from pathlib import Path
 from typing import Self
@@ -11,7 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mirror import reference
-from mirror.settings.charts import ChartSettings, DiscoverySettings, InstallChartSettings
+from mirror.settings.charts import ACR_REGISTRIES, ChartSettings, DiscoverySettings, InstallChartSettings
 from mirror.settings.fields import ConfigError, shown, strict_scalar
 from mirror.settings.images import ImageSettings, ValuesSettings
 from mirror.settings.registries import RegistrySettings, SourceSettings, TargetSettings
@@ -117,6 +118,25 @@ class MirrorSettings(BaseSettings):
                 raise ValueError(f"{kind}: duplicate name(s) {', '.join(duplicates)}")
         return self
 
+    @model_validator(mode="after")
+    def _global_registry_not_at_home(self) -> Self:
+        """`global.imageRegistry` moves every image to one registry: on a registry nodes pull from as it is
+        (old ACK guides set an ACR host), every image would read as already there, none copied, and pods would
+        pull paths never pushed. Elsewhere it names where the images come from, and the values clear it."""
+        allowed = self.chart.allowed_registries if self.chart else list(ACR_REGISTRIES)
+        for where, values in [("values.extra", self.values.extra)] + [
+            (f"charts.{i}.values", chart.values) for i, chart in enumerate(self.charts)
+        ]:
+            found = values.get("global")
+            registry = found.get("imageRegistry") if isinstance(found, dict) else None
+            if isinstance(registry, str) and registry and _matches(registry, allowed):
+                raise ValueError(
+                    f"{where}: global.imageRegistry {shown(registry)} is a registry nodes pull from as it is "
+                    "(chart.allowed_registries): every image would read as already there and none be copied; "
+                    "leave it out: mirror points each image at its target in the values it writes"
+                )
+        return self
+
     def registry(self, host: str) -> RegistrySettings:
         """Per-host settings, matched on the host as configured or as its API host (docker.io aliases)."""
         api = reference.api_host(host)
@@ -131,6 +151,11 @@ class MirrorSettings(BaseSettings):
                 return target
         known = ", ".join(t.name for t in self.targets)
         raise ConfigError(f"--target {shown(name)}: no such target (configured: {known})")
+
+
+def _matches(registry: str, patterns: list[str]) -> bool:
+    host = reference.api_host(registry.split("/", 1)[0])
+    return any(fnmatch.fnmatch(host, pattern) for pattern in patterns)
 
 
 def check_cron(expression: str) -> None:
