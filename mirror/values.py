@@ -47,6 +47,8 @@ class ValuesFile:
     chart_name: str = "hami"  # which chart of the install these values are for
     chart_version: str = ""
     chart_anonymous_pull: bool | None = None  # can Helm pull the published chart without logging in?
+    # written beside the values (the RBAC file, the chart's .tgz), by name: the service keeps them with the job
+    beside: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,4 +416,10 @@ def write_values(
         spec.name,
         chart_version_,
         install.anonymous_pull,
+        _beside(rbac, install),
     )
+
+
+def _beside(rbac: str | None, install: ChartInstall) -> tuple[tuple[str, bytes], ...]:
+    rbac_file = ((RBAC_FILE_NAME, rbac.encode()),) if rbac is not None else ()
+    return rbac_file + ((install.archive,) if install.archive is not None else ())

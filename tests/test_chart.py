@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import io
 import random
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python
+import httpx
 import pytest
 import yaml
 
@@ -23,6 +25,7 @@ from mirror.chart.publish import publish_chart
 from mirror.chart.render import RenderRequest, render_images
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.ports import free_port
 from mirror.demo.sample import MiB, SampleImage, push_single
 from mirror.demo.samplechart import ChartRepository, chart_files, chart_repository, hami_chart, package
 from mirror.oci import Manifest
@@ -188,6 +191,45 @@ def render_with_helm(chart_bytes: bytes, values_path: Path) -> list[str]:
             pod = (doc or {}).get("spec", {}).get("template", {}).get("spec", {})
             images += [container["image"] for container in pod.get("containers", [])]
     return images
+
+
+def test_the_service_serves_the_tgz_and_rbac_file_it_wrote_beside_the_values_from_any_replica(
+    tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, repository: ChartRepository
+) -> None:
+    """Where the target refuses the chart (ACR's personal edition), a job's install line named a .tgz inside the
+    pod, and the RBAC file too: the job API served values only, so neither could be had (nor from another
+    replica's disk). Both are kept with the job and served by it, whatever is left on disk."""
+    from mirror.service.page import values_view
+    from tests.test_service import AUTH, Service, service_config
+
+    seed_chart_images(source)
+    config = service_config(tmp_path, source, acr_like, chart={"repository": repository.url})
+    data = yaml.safe_load(config.read_text())
+    del data["images"]
+    config.write_text(yaml.safe_dump(data))
+    service = Service(config, free_port())
+    service.start()
+    try:
+        job = service.wait_done(service.signed({"version": CHART_VERSION}, delivery="d-1").json()["id"])
+        assert job["state"] == "succeeded", job["error"]
+        served = {each["name"]: each for each in job["files"]}
+        assert sorted(served) == ["hami-2.10.0.tgz", "hami-scheduler-dra-rbac.yaml"]
+        (values_entry,) = job["releases"][0]["values"]
+        rbac_on_disk = (Path(values_entry["path"]).parent / "hami-scheduler-dra-rbac.yaml").read_text()
+        shutil.rmtree(tmp_path / "out")  # another replica's disk: nothing there
+        tgz = httpx.get(f"{service.url}{served['hami-2.10.0.tgz']['url']}", headers=AUTH, timeout=10)
+        rbac = httpx.get(f"{service.url}{served['hami-scheduler-dra-rbac.yaml']['url']}", headers=AUTH, timeout=10)
+        anonymous = httpx.get(f"{service.url}{served['hami-2.10.0.tgz']['url']}", timeout=10)
+        other = httpx.get(f"{service.url}/jobs/{job['id']}/files/t0/other.tgz", headers=AUTH, timeout=10)
+    finally:
+        service.stop()
+    assert tgz.status_code == 200 and tgz.content == repository.charts["hami-2.10.0.tgz"]
+    assert tgz.headers["content-type"] == "application/gzip"
+    assert 'filename="hami-2.10.0.tgz"' in tgz.headers["content-disposition"]
+    assert rbac.status_code == 200 and rbac.text == rbac_on_disk and "hami-scheduler-dra" in rbac.text
+    assert anonymous.status_code == 401 and other.status_code == 404
+    shown = values_view(job["id"], VERSION, values_entry)["files"]  # the status page's links
+    assert sorted((each["name"], each["url"]) for each in shown) == [(n, served[n]["url"]) for n in sorted(served)]
 
 
 def test_where_the_target_refuses_the_chart_the_tgz_goes_beside_the_values(

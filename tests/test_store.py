@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mirror.service.page import job_view
-from mirror.service.store import FAILED, QUEUED, RUNNING, SUCCEEDED, WAITING, JobStore
+from mirror.service.store import DAY, FAILED, QUEUED, RUNNING, SUCCEEDED, WAITING, JobStore
 from tests.postgres import Postgres
 
 
@@ -243,3 +243,22 @@ async def test_an_older_table_is_upgraded_in_place(tmp_path: Path) -> None:
 
 def test_postgres_fixture_gives_each_test_its_own_database(postgres: Postgres) -> None:
     assert postgres.new_database() != postgres.new_database()
+
+
+async def test_a_jobs_files_are_kept_by_digest_while_a_job_writes_them_and_pruned_after(
+    store: JobStore, clock: FakeClock
+) -> None:
+    """A chart's .tgz written by every run is kept once; a file no job wrote for keep_days goes with the prune."""
+    chart, rbac = b"\x1f\x8b chart bytes", b"kind: ClusterRoleBinding\n"
+    for written in ({"c" * 64: chart, "r" * 64: rbac}, {"c" * 64: chart}):
+        job, _ = await store.enqueue("ci", ["v2.10.0"], None)
+        assert await store.claim_next("replica", 30) is not None
+        assert await store.finish(job["id"], "replica", SUCCEEDED, [], None, written)
+        clock.advance(DAY * 20)
+    assert await store.file("c" * 64) == chart and await store.file("r" * 64) == rbac
+    await store.prune(keep_days=30, keep_jobs=1000)  # the RBAC file was written 40 days ago, the chart 20
+    assert await store.file("c" * 64) == chart and await store.file("r" * 64) is None
+    lost, _ = await store.enqueue("ci", ["v2.11.0"], None)
+    assert await store.claim_next("replica", 30) is not None
+    assert not await store.finish(lost["id"], "gone", SUCCEEDED, [], None, {"x" * 64: b"x"})  # not its lease
+    assert await store.file("x" * 64) is None

@@ -90,6 +90,18 @@ def job_view(job: dict[str, Any]) -> dict[str, Any]:
             for release in releases
             for v in release.get("values", [])
         ],
+        "files": [  # written beside the values: the RBAC file, a chart's .tgz where the target refused the chart
+            {
+                "target": v["target"],
+                "version": release["version"],
+                "name": each["name"],
+                "sha256": each["sha256"],
+                "url": page.file_url(job["id"], release["version"], v["target"], each["name"]),
+            }
+            for release in releases
+            for v in release.get("values", [])
+            for each in v.get("files", [])
+        ],
         "error": clip(job["error"], MAX_ERROR_CHARS) if job["error"] else job["error"],  # rows from before the cut
     }
 
@@ -254,6 +266,36 @@ async def job_values(request: Request) -> Response:
     return error(404, "no values file for that target, chart and version in this job")
 
 
+@authorised
+async def job_file(request: Request) -> Response:
+    """A file this job wrote beside its values for the target (the RBAC file, a chart's .tgz), kept in the store
+    by its sha256; the release named by `?version=` where several of the job's wrote one of that name."""
+    job = await find_job(request)
+    if job is None:
+        return error(404, "no such job")
+    target, name, version = (
+        request.path_params["target"],
+        request.path_params["name"],
+        request.query_params.get("version"),
+    )
+    found = {
+        str(release.get("version")): each["sha256"]
+        for release in job["result"] or []
+        for values in release.get("values", [])
+        for each in values.get("files", [])
+        if values["target"] == target and each["name"] == name and version in (None, str(release.get("version")))
+    }
+    if len(set(found.values())) > 1:
+        return error(400, f"this job wrote {name} for {', '.join(found)}: name one with ?version=")
+    if not found:
+        return error(404, "no such file for that target and version in this job")
+    content = await request.app.state.store.file(next(iter(found.values())))
+    if content is None:
+        return error(404, f"{name} is no longer kept (service.keep_jobs_days): run the release again")
+    media = "application/gzip" if name.endswith(".tgz") else "application/yaml"
+    return Response(content, media_type=media, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
 async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
@@ -384,6 +426,7 @@ def create_app(settings: MirrorSettings) -> Starlette:
         Route("/jobs/{job_id}", get_job),
         Route("/jobs/{job_id}/values/{target}", job_values),
         Route("/jobs/{job_id}/values/{target}/{chart}", job_values),
+        Route("/jobs/{job_id}/files/{target}/{name}", job_file),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),

@@ -327,6 +327,12 @@ def values_url(job_id: str, version: str, target: str, chart: str) -> str:
     return f"/jobs/{path}?version={quote(version, safe='')}"
 
 
+def file_url(job_id: str, version: str, target: str, name: str) -> str:
+    """Where the job API serves a file written beside the values (the RBAC file, a chart's .tgz)."""
+    path = "/".join(quote(part, safe="") for part in (job_id, "files", target, name))
+    return f"/jobs/{path}?version={quote(version, safe='')}"
+
+
 def values_view(job_id: str, version: str, values: dict[str, Any]) -> dict[str, Any]:
     target, chart = str(values.get("target", "")), str(values.get("chart_name", "hami"))
     proof = values.get("proof")
@@ -339,6 +345,15 @@ def values_view(job_id: str, version: str, values: dict[str, Any]) -> dict[str, 
         "filename": _FILENAME_UNSAFE.sub("_", f"{job_id[:12]}-{version}-{target}-{chart}-values.yaml")[:120],
         "warnings": [clip(str(w), SHOWN) for w in values.get("warnings") or []],
         "proof": proof_view(proof) if isinstance(proof, dict) else None,
+        # written beside the values (the RBAC file, a chart's .tgz), served from the store
+        "files": [
+            {
+                "name": clip(str(each.get("name", "?")), SHOWN),
+                "url": file_url(job_id, version, target, str(each["name"])),
+            }
+            for each in values.get("files") or []
+            if isinstance(each, dict) and each.get("name")
+        ],
     }
 
 

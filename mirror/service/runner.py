@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -58,15 +59,25 @@ def _reason(exc: BaseException) -> str:
 
 
 def job_record(results: list[ReleaseResult]) -> list[dict[str, Any]]:
-    """The reports as stored with the job, each values file's text included: any replica serves a job's own
-    values, whatever was written to disk since."""
+    """The reports as stored with the job, each values file's text included, and the files beside it named by
+    their sha256 (`job_files` holds their bytes): any replica serves a job's own, whatever was written since."""
     records = []
     for result in results:
         record = result.to_json()
         for entry, written in zip(record["values"], result.values, strict=True):
             entry["content"] = written.text
+            entry["files"] = [{"name": name, "sha256": _sha256(content)} for name, content in written.beside]
         records.append(record)
     return records
+
+
+def job_files(results: list[ReleaseResult]) -> dict[str, bytes]:
+    """What the job wrote beside its values, by sha256, to keep with its record."""
+    return {_sha256(content): content for r in results for v in r.values for _, content in v.beside}
+
+
+def _sha256(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
 
 
 RELEASE_SECONDS = 10.0  # how long a stop waits for a cut job to be given back
@@ -166,6 +177,10 @@ class JobRunner:
         if deleted:
             log.info("deleted %d old finished jobs (service.keep_jobs_days, service.keep_jobs)", deleted)
 
+    async def _record(self, job_id: str, state: str, results: list[ReleaseResult], error: str | None) -> bool:
+        """The job's outcome, with the files it wrote beside its values; False when its lease was lost."""
+        return await self.store.finish(job_id, self.owner, state, job_record(results), error, job_files(results))
+
     async def _run(self, job: dict[str, Any], shutdown: Shutdown) -> None:
         started = time.monotonic()
         results: list[ReleaseResult] = []
@@ -194,7 +209,7 @@ class JobRunner:
             ok = not failures and not error
             error = clip(error or "; ".join(failures), MAX_ERROR_CHARS) if error or failures else None
             state = SUCCEEDED if ok else FAILED
-            recorded = await self.store.finish(job["id"], self.owner, state, job_record(results), error)
+            recorded = await self._record(job["id"], state, results, error)
         except Exception as exc:
             if database.unavailable(exc):  # waited out: the lease runs out and the job is run again
                 reason = clip(database.driver_reason(exc))

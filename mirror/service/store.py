@@ -51,6 +51,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -129,6 +130,16 @@ deliveries = Table(
     Column("job_id", String(32), nullable=False),
 )
 Index("deliveries_by_job", deliveries.c.job_id)  # a pruned job's deliveries, deleted with it
+# The files a job wrote beside its values (the RBAC file, a chart's .tgz where the target refuses charts), by their
+# sha256: the job's record names them, any replica serves them. Each job that writes one again marks it kept then;
+# the prune deletes those no job marked for `keep_jobs_days`.
+files = Table(
+    "files",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("content", LargeBinary, nullable=False),
+    Column("kept_at", Float, nullable=False, index=True),
+)
 # One row, written by `writable`: a store that takes no writes (a read-only file or standby, a full disk) says so
 write_check = Table(
     "write_check",
@@ -265,6 +276,11 @@ class JobStore:
         found = await self._run(lambda db: db.execute(newest).scalar())
         return float(found) if found is not None else None
 
+    async def file(self, sha256: str) -> bytes | None:
+        """A file a job wrote beside its values, by its sha256; None once pruned."""
+        found = await self._run(lambda db: db.execute(select(files.c.content).where(files.c.sha256 == sha256)).first())
+        return bytes(found.content) if found is not None else None
+
     async def get(self, job_id: str) -> dict[str, Any] | None:
         row = await self._run(lambda db: db.execute(select(jobs).where(jobs.c.id == job_id)).first())
         return _row(row) if row is not None else None
@@ -279,25 +295,7 @@ class JobStore:
         """Up to `limit` jobs, newest first, older than the job `before` (the cursor), of that state and kind;
         and the cursor of the next page (None on the last). Raises UnknownJob for a cursor that names no job."""
 
-        def work(db: Connection) -> list[Any]:
-            query = select(jobs)
-            if state is not None:
-                query = query.where(jobs.c.state == state)
-            if kind is not None:
-                query = query.where(jobs.c.kind == kind)
-            if before is not None:
-                mark = db.execute(select(jobs.c.created_at).where(jobs.c.id == before)).first()
-                if mark is None:
-                    raise UnknownJob(before)
-                older = or_(
-                    jobs.c.created_at < mark.created_at,
-                    and_(jobs.c.created_at == mark.created_at, jobs.c.id < before),
-                )
-                query = query.where(older)
-            newest_first = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit + 1)
-            return list(db.execute(newest_first).all())
-
-        rows = await self._run(work)
+        rows = await self._run(lambda db: _newest_first(db, limit + 1, before, state, kind))
         found = [_row(r) for r in rows[:limit]]
         return found, found[-1]["id"] if len(rows) > limit else None
 
@@ -368,9 +366,17 @@ class JobStore:
 
         return await self._run(work)
 
-    async def finish(self, job_id: str, owner: str, state: str, result: Any, error: str | None) -> bool:
-        """Record the outcome, and queue the release's follow-up job; False (nothing written) when `owner` lost
-        the lease meanwhile."""
+    async def finish(
+        self,
+        job_id: str,
+        owner: str,
+        state: str,
+        result: Any,
+        error: str | None,
+        written: dict[str, bytes] | None = None,
+    ) -> bool:
+        """Record the outcome with the files the job wrote beside its values (`written`, by sha256), and queue the
+        release's follow-up job; False (nothing written) when `owner` lost the lease meanwhile."""
         values = {
             "state": state,
             "result": json.dumps(result),
@@ -381,6 +387,7 @@ class JobStore:
             statement = update(jobs).where(_held(job_id, owner)).values(**values, finished_at=self._now(db))
             ended = db.execute(statement.returning(jobs.c.release_key)).first()
             if ended is not None:
+                _keep_files(db, written or {}, self._now(db))
                 _promote(db, ended.release_key)
             return ended is not None
 
@@ -434,17 +441,45 @@ class JobStore:
         """Delete finished jobs, with their deliveries, that finished over `keep_days` days ago or that are
         older than the newest `keep_jobs` jobs; never a waiting, queued or running job, nor the newest success
         of a release (`last_success`, a replayed webhook's answer). At most `batch` jobs per transaction and
-        `batches` transactions. Replicas pruning at once delete each job once. How many jobs were deleted."""
+        `batches` transactions. Replicas pruning at once delete each job once. Files no job wrote for `keep_days`
+        days go too. How many jobs were deleted."""
         deleted = 0
         for _ in range(batches):
             done = await self._run(lambda db: _prune_batch(db, self._now(db) - keep_days * DAY, keep_jobs, batch))
             deleted += done
             if done < batch:
                 break
+        await self._run(lambda db: db.execute(delete(files).where(files.c.kept_at < self._now(db) - keep_days * DAY)))
         return deleted
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _newest_first(db: Connection, limit: int, before: str | None, state: str | None, kind: str | None) -> list[Any]:
+    query = select(jobs)
+    if state is not None:
+        query = query.where(jobs.c.state == state)
+    if kind is not None:
+        query = query.where(jobs.c.kind == kind)
+    if before is not None:
+        mark = db.execute(select(jobs.c.created_at).where(jobs.c.id == before)).first()
+        if mark is None:
+            raise UnknownJob(before)
+        older = or_(
+            jobs.c.created_at < mark.created_at,
+            and_(jobs.c.created_at == mark.created_at, jobs.c.id < before),
+        )
+        query = query.where(older)
+    return list(db.execute(query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)).all())
+
+
+def _keep_files(db: Connection, written: dict[str, bytes], now: float) -> None:
+    """Each file by its sha256, marked kept now (one already there keeps its bytes: the same by their digest)."""
+    upsert = pg_insert if db.dialect.name == "postgresql" else sqlite_insert
+    for digest, content in written.items():
+        row = upsert(files).values(sha256=digest, content=content, kept_at=now)
+        db.execute(row.on_conflict_do_update(index_elements=[files.c.sha256], set_={"kept_at": now}))
 
 
 def stored_error(error: str) -> str:
