@@ -271,6 +271,32 @@ def test_registry_without_chunked_uploads_gets_one_put(
     assert blob_exists(target, "mirrored/layer", digest)
 
 
+def test_a_registry_without_chunked_uploads_found_out_on_a_resume_gets_one_put_and_no_chunks_after(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    target_proxy: FaultProxy,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The first PATCH met a passing 503, so the registry's refusal of chunks came only on the resume: it
+    escaped the run as a traceback. It is a single PUT in a new session there too; and once a blob has been
+    turned down, a blob that starts after it goes in one PUT without opening a session for chunks first: one at a
+    time, at most the blob that met the 503 and one waiting its turn then send a chunk, where each of the three
+    sent one (four PATCHes with the resume)."""
+    sizes = (6 * MiB, 5 * MiB, 9 * MiB // 2)
+    image = with_client(source, lambda c: push_single(c, "big/layer", "v1", layer_sizes=sizes, seed=5))
+    layers = [digest for digest, size in image.blobs.items() if size >= CHUNKED["chunked_upload_threshold"]]
+    target_proxy.add(
+        Fault("status", method="PATCH", path=r"/blobs/uploads/", status=503, count=1),
+        Fault("status", method="PATCH", path=r"/blobs/uploads/", status=405, code="UNSUPPORTED", count=1000),
+    )
+    one_at_a_time = {**CHUNKED, "blob_concurrency": 1}
+    assert sync(tmp_path, source, target_proxy, images=BIG_IMAGE, transfer=one_at_a_time) == 0, capsys.readouterr()
+    assert sorted(e.status for e in target_proxy.log if e.method == "PATCH") in ([405, 503], [405, 405, 503])
+    assert len(layers) == 3 and all(len(layer_requests(target_proxy, "PUT", digest)) == 1 for digest in layers)
+    assert all(blob_exists(target, "mirrored/layer", digest) for digest in layers)
+
+
 def test_a_resume_reads_only_the_rest_of_the_source_blob(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
 ) -> None:

@@ -95,6 +95,7 @@ class TargetBlobs:
     max_blob_size: int = 50 * 1024**3
     probe_concurrency: int = 16  # HEADs at this registry at once (its connection limit)
     mounts: MountGate = field(default_factory=MountGate)
+    takes_chunks: bool = True  # until a chunked upload is turned down: then one PUT a blob, for the run
     _present: dict[str, set[str]] = field(default_factory=dict)
     _first: dict[str, str] = field(default_factory=dict)  # digest -> the repository that transfers it
     _ensured: dict[tuple[str, str], asyncio.Future[BlobOutcome]] = field(default_factory=dict)
@@ -220,8 +221,7 @@ class _BlobTransfer:
                 return BlobOutcome.UPLOADED
             if self.chunked is not None:
                 await self.chunked.resume()
-                await self._send_chunked()
-                return BlobOutcome.UPLOADED
+                return await self._in_chunks_else_whole()
             return await self._in_new_session()
 
     async def _landed(self) -> bool:
@@ -267,28 +267,39 @@ class _BlobTransfer:
         return session
 
     async def _in_new_session(self) -> BlobOutcome:
-        blob, repository = self.upload.blob, self.repository
+        blob = self.upload.blob
         session = await self._start_session()
         if session is None:
             if self.upload.on_bytes:
                 self.upload.on_bytes(blob.size)
             return BlobOutcome.MOUNTED
-        if blob.size >= self.blobs.chunked_threshold:
+        if blob.size >= self.blobs.chunked_threshold and self.blobs.takes_chunks:
             self.chunked = ChunkedUpload(self.upload, self.blobs.upload_chunk_size, session)
-            try:
-                await self._send_chunked()
-                return BlobOutcome.UPLOADED
-            except ChunkedUploadUnsupported as exc:
-                log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
-                self.chunked = None
-                await self.client.cancel_upload(repository, session)
-                session = await self._ordinary_session()
+            return await self._in_chunks_else_whole()
+        return await self._whole(session)
+
+    async def _whole(self, session: UploadSession) -> BlobOutcome:
         try:
             await upload_whole(self.upload, session)
         except (Exception, asyncio.CancelledError) as exc:
             # the next attempt starts a new one
             await self._cancel(session, cancelled=isinstance(exc, asyncio.CancelledError))
             raise
+        return BlobOutcome.UPLOADED
+
+    async def _in_chunks_else_whole(self) -> BlobOutcome:
+        """The chunked upload's send, first or resumed (a first PATCH that met a passing 503 learns only on the
+        resume that the registry takes no chunks). Chunks turned down: the session is cancelled and the blob goes
+        in one PUT in a new one, as does every later blob at this registry."""
+        assert self.chunked is not None
+        try:
+            await self._send_chunked()
+        except ChunkedUploadUnsupported as exc:
+            log.info("%s does not take chunked uploads (%s): one PUT instead", self.client.host, exc)
+            self.blobs.takes_chunks = False
+            session, self.chunked = self.chunked.session, None
+            await self._cancel(session, cancelled=False)
+            return await self._whole(await self._ordinary_session())
         return BlobOutcome.UPLOADED
 
     async def _send_chunked(self) -> None:

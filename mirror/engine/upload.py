@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mirror.engine.stream import ExactReader, Hasher, check_digest, new_hasher, verified_stream
-from mirror.errors import MirrorError
+from mirror.errors import Kind, MirrorError
 from mirror.oci import Descriptor
 from mirror.registry import BlobBody, RegistryClient, RegistryError, RegistryUnreachable, UploadSession
 from mirror.registry.auth import AuthError
@@ -91,8 +91,10 @@ async def upload_whole(upload: BlobUpload, session: UploadSession) -> None:
         await upload.target.finish_upload(upload.repository, session, upload.blob.digest, upload.blob.size, stream)
 
 
-class ChunkedUploadUnsupported(Exception):
-    pass
+class ChunkedUploadUnsupported(MirrorError):
+    """The registry turned the first chunk down (405, 501, UNSUPPORTED): it takes a blob in one PUT only."""
+
+    kind = Kind.REFUSED
 
 
 @dataclass
