@@ -38,6 +38,19 @@ async def test_a_redelivery_after_a_failed_job_queues_a_new_one(job_store: JobSt
     assert len(await job_store.recent()) == 2
 
 
+async def test_a_scheduled_tick_whose_job_failed_is_not_run_again_for_the_same_fire_time(job_store: JobStore) -> None:
+    """A replica late to the tick (a skewed clock, a job store outage waited out) found the first replica's job
+    failed fast (a login refused) and queued the discovery again: a second run, a second failure posted."""
+    tick = "schedule:2026-12-05T06:00:00Z"
+    first, created = await job_store.enqueue("schedule", None, tick)
+    assert created
+    await run_to_end(job_store, first["id"], FAILED)
+    late, created = await job_store.enqueue("schedule", None, tick)
+    assert late["id"] == first["id"] and not created
+    following, created = await job_store.enqueue("schedule", None, "schedule:2026-12-05T12:00:00Z")
+    assert created and following["id"] != first["id"]  # the next tick runs
+
+
 async def test_a_redelivery_joins_the_releases_queued_job(job_store: JobStore) -> None:
     failed, _ = await job_store.enqueue("ci", [VERSION], GUID)
     await run_to_end(job_store, failed["id"], FAILED)

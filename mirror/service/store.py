@@ -80,6 +80,9 @@ WAITING, QUEUED, RUNNING, SUCCEEDED, FAILED = "waiting", "queued", "running", "s
 ACTIVE = (QUEUED, RUNNING)  # at most one per release (the index older versions also create)
 UNFINISHED = (WAITING, QUEUED, RUNNING)
 ANSWERING = (WAITING, QUEUED, RUNNING, SUCCEEDED)  # a delivery's job still answers it; a failed one is redelivered
+# A scheduled tick's delivery (`schedule:<fire time>`) is answered by its job even when that failed: another
+# replica late to the same tick (a skewed clock, a store outage waited out) would run it again; the next tick does.
+TICK_DELIVERY = "schedule:"
 STATES = (WAITING, QUEUED, RUNNING, SUCCEEDED, FAILED)
 KINDS = ("ci", "dockerhub", "schedule")
 DISCOVERY = "discover"  # the release key of a discovery job
@@ -615,7 +618,7 @@ def _enqueue_once(db: Connection, ask: _Ask, now: float) -> tuple[Any, bool]:
     stale = None
     if ask.delivery is not None:
         seen = _job_of_delivery(db, ask.delivery)
-        if seen is not None and seen.state in ANSWERING:
+        if seen is not None and (seen.state in ANSWERING or ask.delivery.startswith(TICK_DELIVERY)):
             return seen, False
         stale = seen  # its job failed: the delivery asks again
     taken, state = _taking_job(db, ask.key, now - ask.done_within if ask.done_within > 0 else None)
