@@ -20,12 +20,14 @@ import httpx
 import pytest
 
 from mirror.demo.localregistry import LocalRegistry
+from mirror.demo.sample import push_single
 from mirror.oci import MAX_MANIFEST_BYTES, OCI_INDEX, OCI_MANIFEST, Descriptor, Manifest
 from mirror.registry import RegistryClient, RegistryError
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.client import MAX_TAG_PAGE_BYTES, regrouped
 from mirror.registry.errors import IntegrityError, parse_error_body
 from mirror.registry.options import ClientOptions
+from tests.faultproxy import Fault, FaultProxy
 from tests.support import http_server, with_client
 
 T = TypeVar("T")
@@ -101,7 +103,6 @@ def test_a_head_by_digest_naming_another_digest_is_checked_by_reading_the_manife
     """A registry (or a proxy) whose HEAD of `sha256:A` names `sha256:B` in Docker-Content-Digest: B was taken
     as the image, so a chart's pinned digest was silently replaced by whatever the header said. The manifest is
     read instead and checked against A (its bytes are A's, or the read fails)."""
-    from mirror.demo.sample import push_single
     from tests.faultproxy import Fault, fault_proxy
 
     image = with_client(source, lambda c: push_single(c, "ns/pinned", "one"))
@@ -135,6 +136,41 @@ def test_error_bodies_become_typed_errors(source: LocalRegistry) -> None:
     assert str(error.value).startswith(f"fetch manifest {source.host}/ns/missing:v1: 404")
 
 
+@pytest.mark.parametrize("coding", ["gzip", "br"])
+def test_a_document_labelled_with_a_coding_it_is_not_in_is_a_registry_error(
+    source: LocalRegistry, source_proxy: FaultProxy, coding: str
+) -> None:
+    """A proxy or a CDN labelling a manifest, a tag list or an error body with a coding its bytes are not in
+    raised httpx.DecodingError out of the run, a traceback. The document's read is a RegistryError naming what
+    was read and where; an error body that does not decode is dropped and its status kept (the referrers API's
+    404 still says the registry has none)."""
+    image = with_client(source, lambda c: push_single(c, "ns/r", "one"))
+    source_proxy.add(Fault("headers", method="GET", headers={"Content-Encoding": coding}, count=1000))
+
+    async def refusal(read: Awaitable[object]) -> str:
+        with pytest.raises(RegistryError) as error:
+            await read
+        return str(error.value)
+
+    async def reads() -> tuple[list[str], object]:
+        client = RegistryClient.open(source_proxy.host, ClientOptions(plain_http=True))
+        try:
+            refusals = [
+                await refusal(client.get_manifest("ns/r", "one")),
+                await refusal(client.list_tags("ns/r")),
+                await refusal(client.get_manifest("ns/r", "missing")),
+            ]
+            return refusals, await client.list_referrers("ns/r", image.digest)
+        finally:
+            await client.aclose()
+
+    (manifest, tags, missing), referrers = asyncio.run(reads())
+    assert manifest.startswith(f"fetch manifest {source_proxy.host}/ns/r:one: 200: ")
+    assert tags.startswith(f"list tags {source_proxy.host}/ns/r: 200: ")
+    assert missing == f"fetch manifest {source_proxy.host}/ns/r:missing: 404"
+    assert referrers is None
+
+
 def test_parse_error_body() -> None:
     assert parse_error_body(b'{"errors":[{"code":"DENIED","message":"no"}]}') == ("DENIED", "no")
     assert parse_error_body(b"<html>bad gateway</html>\nmore") == ("", "<html>bad gateway</html>")
@@ -142,8 +178,6 @@ def test_parse_error_body() -> None:
 
 
 def test_tags_at_a_real_registry(source: LocalRegistry) -> None:
-    from mirror.demo.sample import push_single
-
     with_client(source, lambda c: push_single(c, "ns/r", "one"))
     with_client(source, lambda c: push_single(c, "ns/r", "two", seed=1))
     assert sorted(with_client(source, lambda c: c.list_tags("ns/r"))) == ["one", "two"]
@@ -153,7 +187,6 @@ def test_answers_are_freed_without_the_cycle_collector(source: LocalRegistry) ->
     """httpx's Response and the stream it binds to it refer to each other, so an answer, with its body and its
     request's, would wait for a full collection: hundreds of blob bodies at once in a long run. The client
     unbinds every answer it is done with; with the collector off, none is left for it."""
-    from mirror.demo.sample import push_single
 
     async def round_trip(client: RegistryClient) -> int:
         await push_single(client, "ns/r", "one", layer_sizes=(64 * 1024, 5 * 1024 * 1024))  # read whole, streamed

@@ -41,10 +41,10 @@ async def read_limited(
 ) -> bytes:
     """The body, at most `limit` bytes as decoded (an answer already in memory is measured, not read again).
     Over the limit, declared or as it arrives: BodyTooLarge; with `truncate`, the first `limit` bytes (an
-    error body, which is only shown). With `keep`, the body stays readable in the response: httpx reads an
-    auth flow's answers again once the flow moves on, so it is read by httpx itself. Either way it is decoded
-    here, as it arrives, never past the limit: httpx would decode a whole coded body before it could be
-    measured, and a few hundred KB of gzip can stand for gigabytes.
+    error body, which is only shown: one that does not decode ends where it stops decoding). With `keep`, the
+    body stays readable in the response: httpx reads an auth flow's answers again once the flow moves on, so it
+    is read by httpx itself. Either way it is decoded here, as it arrives, never past the limit: httpx would
+    decode a whole coded body before it could be measured, and a few hundred KB of gzip can stand for gigabytes.
 
     With `raw`, the bytes as they came, whatever Content-Encoding the answer names: a blob, whose digest is
     over its stored bytes, read from an unread answer (a storage host that labels a stored .tar.gz
@@ -116,7 +116,9 @@ class _WireLimit(httpx.AsyncByteStream):
                 room -= len(piece)
                 chunk = self.decoder.unconsumed_tail
         except zlib.error as exc:
-            raise httpx.DecodingError(f"the body does not decode: {exc}") from None
+            if not self.truncate:
+                raise httpx.DecodingError(f"the body does not decode: {exc}") from None
+            self.decoder = _Dropped()  # an error body, only shown: its status and headers are the answer
         return pieces
 
     async def aclose(self) -> None:

@@ -39,9 +39,7 @@ class RegistryHost:
         try:
             response = await self.http.send(request, stream=True)
             try:
-                body = await read_limited(response, MAX_ERROR_BODY, truncate=True)
-            except httpx.DecodingError:
-                body = b""  # a body that does not decode: the answer is its status and headers
+                body = await read_limited(response, MAX_ERROR_BODY, truncate=True)  # dropped where it does not decode
             finally:
                 await response.aclose()
                 released(response)

@@ -75,8 +75,9 @@ class Redirects:
         any_location: bool = False,
     ) -> AsyncIterator[httpx.Response]:
         """The last answer, its body not yet read. Redirect bodies are closed unread. More than
-        MAX_REDIRECTS hops is a RegistryError (a loop fails at once instead of spinning); a connection that fails,
-        before the answer or while its body is read, is RegistryUnreachable."""
+        MAX_REDIRECTS hops is a RegistryError (a loop fails at once instead of spinning), and so is a body that
+        does not decode as its Content-Encoding says; a connection that fails, before the answer or while its body
+        is read, is RegistryUnreachable."""
         try:
             target = self._origin + url if isinstance(url, str) and url.startswith("/") else url
             for hop in range(MAX_REDIRECTS + 1):
@@ -93,6 +94,8 @@ class Redirects:
                 target = following
             try:
                 yield response
+            except httpx.DecodingError as exc:  # labelled with a coding its bytes are not in (a proxy, a CDN)
+                raise RegistryError(action, where, response.status_code, "", str(exc)) from None
             finally:
                 await response.aclose()
                 released(response)
