@@ -18,6 +18,7 @@ import yaml
 
 from mirror.chart.archive import ChartArchive, open_chart
 from mirror.chart.images import PodPull, image_blocks, pod_pulls, pull_secret_paths
+from mirror.chart.merge import deep_merge
 from mirror.chart.proof import NO_SECRET, OTHER_FORM, WITH_SECRET, check_rendering
 from mirror.chart.render import Rendering, render_install
 from mirror.cli import main
@@ -315,6 +316,37 @@ def test_a_whole_install_that_needs_a_pull_secret_names_the_webui_deployment_wit
     assert main(["sync", VERSION, "--config", str(config)]) == 0
     printed = capsys.readouterr().out
     assert printed.index(f"WARNING: {warning}") < printed.index("helm install my-hami-webui ")
+
+
+def test_a_chart_that_adds_the_global_list_to_its_own_carries_the_secret_once(
+    tmp_path: Path,
+    whole_install: Install,  # noqa: F811 - the fixture
+    target: LocalRegistry,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kube-state-metrics renders `concat global.imagePullSecrets .imagePullSecrets`: given the secret in both,
+    its pod named it twice, which server-side apply (Helm 4's default) refuses as a duplicate key. Its own list
+    is left out after one more render; every other list stays, and each pod at the target carries it once."""
+    renders: list[dict[str, Any]] = []
+
+    def counted(archive: ChartArchive, values: dict[str, Any], *args: Any) -> Any:
+        renders.append(values)
+        return render_install(archive, values, *args)
+
+    monkeypatch.setattr(deliver, "render_install", counted)
+    targets = [{"name": "t0", "registry": target.host, "namespace": "mirrored", **PULL_SECRET}]
+    config = install_config(tmp_path, whole_install, target, targets=targets)
+    code, report, err = sync_json(config, capsys, VERSION)
+    assert code == 0, err
+    webui = yaml.safe_load(Path(report["values"][1]["path"]).read_text())
+    assert "imagePullSecrets" not in webui["kube-prometheus-stack"]["kube-state-metrics"]
+    assert webui["dcgm-exporter"]["imagePullSecrets"] and webui["imagePullSecrets"]
+    raw = webui_chart(whole_install.webui, "1.3.0", **whole_install.hosts())
+    pods = {pod.workload: pod for pod in rendered_pods(raw, deep_merge(EVERYTHING_ON, webui), "my-hami-webui", "hami")}
+    assert pods["Deployment my-hami-webui-kube-state-metrics"].pull_secrets == ("acr-pull",)
+    assert all(pod.pull_secrets.count("acr-pull") <= 1 for pod in pods.values())
+    assert len(renders) == 3  # HAMi's once; the webui's, then once more without kube-state-metrics' own list
 
 
 def test_the_render_corrects_a_form_the_values_yaml_suggests_wrongly_and_renders_again_only_then(

@@ -517,6 +517,19 @@ class PodPull:
     def workload(self) -> str:
         return f"{self.kind} {self.name}".strip()
 
+    @property
+    def chart_keys(self) -> tuple[str, ...]:
+        """The values keys of the subchart whose template made it, from its template's path as Helm names it
+        (`webui/charts/kube-prometheus-stack/charts/kube-state-metrics/templates/...`, an alias in place of a
+        name); () for the chart's own."""
+        parts = self.source.split(" ", 1)[0].split("/")
+        keys: list[str] = []
+        for at in range(1, len(parts) - 1, 2):
+            if parts[at] != "charts":
+                break
+            keys.append(parts[at + 1])
+        return tuple(keys)
+
 
 def pod_pulls(document: Any, source: str) -> Iterator[PodPull]:
     """Each pod of one rendered document."""

@@ -71,6 +71,13 @@ class Proof:
         return tuple(checked for checked in self.pods if checked.verdict != WITH_SECRET)
 
     @property
+    def secret_twice(self) -> tuple[PodPull, ...]:
+        """Each pod that carries the secret twice: its chart adds `global.imagePullSecrets` to its own list (as
+        kube-state-metrics does), and server-side apply refuses a pod spec naming one secret twice."""
+        secret = self.pull_secret
+        return tuple(checked.pod for checked in self.pods if secret and checked.pod.pull_secrets.count(secret) > 1)
+
+    @property
     def secret_in_another_form(self) -> bool:
         """Some pod names the secret in a form its chart does not take (HAMi's `name: map[name:acr-pull]`):
         the values' other form may render right."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mirror.chart.images import ImageBlock, pull_secret_paths
+from mirror.chart.images import GLOBAL_SECRETS, ImageBlock, PullSecretPlace, pull_secret_paths
 from mirror.chart.proof import REFERENCE_SHOWN, SHOWN_LINES, Proof, check_rendering, first_few
 from mirror.chart.publish import publish_chart
 from mirror.chart.render import RenderRequest, render_install
@@ -181,18 +181,32 @@ async def _proven_values(
 ) -> tuple[dict[str, Any], Proof | None]:
     """The values and their proof. Where a rendered pod names the pull secret in a form its chart does not take
     (`name: map[name:acr-pull]`), the values are built and proven once more with each list's other form, and
-    the ones that reach more pods are kept: a second render only then."""
+    the ones that reach more pods are kept; where a pod carries it twice (its chart adds the global list to its
+    own), once more without that chart's own list, kept if no pod loses it: a render more only then."""
     pointed = [_pointed(job, use, outcomes) for use in chart.uses]
+
+    async def proven(places: list[PullSecretPlace]) -> tuple[dict[str, Any], Proof | None]:
+        values = build_values(target, pointed, chart.spec.extra, pull_secret, places)
+        return values, await _prove(settings, job, chart, target, values, outcomes, pull_secret)
+
     places = pull_secret_paths(chart.archive) if chart.archive is not None else []
-    values = build_values(target, pointed, chart.spec.extra, pull_secret, places)
-    proof = await _prove(settings, job, chart, target, values, outcomes, pull_secret)
-    if proof is None or not proof.secret_in_another_form:
-        return values, proof
-    other = build_values(target, pointed, chart.spec.extra, pull_secret, [place.other_form() for place in places])
-    second = await _prove(settings, job, chart, target, other, outcomes, pull_secret)
-    if second is not None and len(second.pods_without_secret) < len(proof.pods_without_secret):
-        return other, second
+    values, proof = await proven(places)
+    if proof is not None and proof.secret_in_another_form:
+        other_places = [place.other_form() for place in places]
+        other, second = await proven(other_places)
+        if second is not None and len(second.pods_without_secret) < len(proof.pods_without_secret):
+            values, proof, places = other, second, other_places
+    if proof is not None and (doubled := _lists_doubling(places, proof)):
+        fewer, third = await proven([place for place in places if place not in doubled])
+        if third is not None and len(third.pods_without_secret) <= len(proof.pods_without_secret):
+            values, proof = fewer, third
     return values, proof
+
+
+def _lists_doubling(places: list[PullSecretPlace], proof: Proof) -> list[PullSecretPlace]:
+    """The charts' own lists (never the global one) of the charts whose pods carry the secret twice."""
+    charts = {pod.chart_keys for pod in proof.secret_twice}
+    return [place for place in places if place.path != GLOBAL_SECRETS and place.path[:-1] in charts]
 
 
 async def _prove(
