@@ -581,3 +581,13 @@ def test_a_request_refused_after_another_fetched_the_token_takes_that_token(worl
     assert sizes == [world.hami.blobs[first], world.hami.blobs[second]]
     assert held.released == 1  # let go by the first answer, not by the 60 s bound
     assert [r.scopes for r in world.tokens.requests] == [frozenset({"repository:projecthami/hami:pull"})]
+
+
+def test_a_misspelt_source_repository_says_it_may_not_exist(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    """Docker Hub's token server grants an anonymous token nothing for a repository that does not exist, and the
+    registry answers 401, not 404: the run told the user to mend credentials for a typo."""
+    images = [{"name": "hami", "source": "projecthamii/hami", "tag": "{version}", "values_keys": []}]
+    config = world.config({"username": USER, "password": PASSWORD}, images=images)
+    code, output = run_cli(["sync", VERSION, "--config", str(config)], capsys)
+    assert code == 1
+    assert "projecthamii/hami" in output and "the repository may not exist (check its name)" in output

@@ -293,7 +293,10 @@ class RegistryAuth(httpx.Auth):
         code, message = ("", "still unauthorized after authenticating")
         if response is not None:
             code, message = parse_error_body(await read_limited(response, MAX_ERROR_BODY, truncate=True))
-        message = (message or "unauthorized") + self._whose(401)
+        message = message or "unauthorized"
+        if request.method in ("GET", "HEAD"):  # Docker Hub refuses a missing repository so, as a private one
+            message += "; the repository may not exist (check its name), or pulling it needs a login"
+        message += self._whose(401)
         raise AuthError(self.host, repository_of(request) or "", 401, code, message)
 
     def _whose(self, status: int) -> str:
