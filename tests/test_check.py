@@ -113,3 +113,20 @@ def test_a_bad_config_is_exit_2_in_the_words_sync_uses(tmp_path: Path, source: L
     )
     assert done.returncode == sync.returncode == 2
     assert done.stderr == sync.stderr and "transfer.blob_concurrency" in done.stderr
+
+
+@pytest.mark.parametrize("proxy", ["socks4://proxy.example:1080", "https://proxy.example:3128"])
+def test_a_proxy_variable_a_run_cannot_use_is_exit_2_as_sync_says_it(
+    tmp_path: Path, source: LocalRegistry, monkeypatch: pytest.MonkeyPatch, proxy: str
+) -> None:
+    """Only `--serve` looked at the proxy variables: a CronJob's config passed its check and every run stopped."""
+    config = write_config(tmp_path / "mirror.yaml", source, [source])
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    done = check(config)
+    sync = subprocess.run(
+        [sys.executable, "-m", "mirror", "sync", "v2.10.0", "--dry-run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == sync.returncode == 2
+    assert done.stderr == sync.stderr and "HTTPS_PROXY" in done.stderr

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from mirror.engine.jobs import check_versions, select_targets, source_repository, target_repository
 from mirror.errors import MirrorError
 from mirror.reference import without_userinfo
+from mirror.registry.proxy import environment_proxies
 from mirror.settings import MirrorSettings, load_settings
 from mirror.settings.registries import TargetSettings
 from mirror.values import pull_registry
@@ -28,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         versions = check_versions(settings, args.versions)
         targets = select_targets(settings, args.target)
+        environment_proxies()  # a proxy variable a run cannot use stops it before any request: say so here
         problem = _service_problem(settings, args.port) if args.serve else None
     except MirrorError as exc:
         say(exc)
@@ -43,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
 def _service_problem(settings: MirrorSettings, port: int) -> str | None:
     """What `mirror serve --port PORT` would refuse before it listens, short of binding a port or opening the
     state directory and the job store (which `mirror check` never does)."""
-    from mirror.service.app import nothing_to_serve, same_port, unusable_proxy
+    from mirror.service.app import nothing_to_serve, same_port
 
-    return nothing_to_serve(settings) or unusable_proxy() or same_port(settings, port)
+    return nothing_to_serve(settings) or same_port(settings, port)
 
 
 def describe(settings: MirrorSettings, versions: list[str], targets: tuple[TargetSettings, ...]) -> Iterator[str]:
