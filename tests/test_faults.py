@@ -297,6 +297,31 @@ def test_a_registry_without_chunked_uploads_found_out_on_a_resume_gets_one_put_a
     assert all(blob_exists(target, "mirrored/layer", digest) for digest in layers)
 
 
+@pytest.mark.parametrize("transfer", [{}, CHUNKED], ids=["one PUT", "chunked"])
+def test_a_source_that_drops_a_blob_mid_body_is_named_not_the_target_it_streams_into(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    source_proxy: FaultProxy,
+    capsys: pytest.CaptureFixture[str],
+    transfer: dict[str, int],
+) -> None:
+    """With one target a blob streams from the source's answer into the target's PUT (or PATCH): a reset at the
+    source, met inside the target's request, was reported as `upload blob <target>: registry unreachable`,
+    blaming the target for the source's fault. The line names the source's blob; it is tried as often as
+    before."""
+    digest = large_image(source, 8 * MiB)
+    reset = Fault("reset_response", method="GET", path=re.escape(digest), after_bytes=MiB, count=1000)
+    source_proxy.add(reset)
+    twice = {"attempts": 2, "base_delay": 0.05, "max_delay": 0.1}
+    assert sync(tmp_path, source_proxy, target, images=BIG_IMAGE, transfer=transfer, retry=twice) == 1
+    err = capsys.readouterr().err
+    assert f"fetch blob {source_proxy.host}/big/layer@{digest}: registry unreachable: " in err, err
+    assert "upload blob" not in err and "upload chunk" not in err
+    assert reset.applied == 2
+    assert not blob_exists(target, "mirrored/layer", digest)
+
+
 def test_a_resume_reads_only_the_rest_of_the_source_blob(
     tmp_path: Path, source: LocalRegistry, target: LocalRegistry, target_proxy: FaultProxy
 ) -> None:

@@ -24,7 +24,7 @@ from mirror.oci import (
 from mirror.reference import api_host, is_valid_digest, is_valid_tag
 from mirror.registry.body import BodyTooLarge, read_limited
 from mirror.registry.budget import PullBudget
-from mirror.registry.errors import IntegrityError, RegistryError, raise_for_response
+from mirror.registry.errors import IntegrityError, RegistryError, RegistryUnreachable, raise_for_response
 from mirror.registry.options import ClientOptions
 from mirror.registry.ratelimit import RateLimit, read_rate_limit
 from mirror.registry.redirects import Redirects
@@ -61,6 +61,17 @@ async def regrouped(pieces: AsyncIterator[bytes], size: int) -> AsyncIterator[by
             held, count = [], 0
     if held:
         yield b"".join(held)
+
+
+async def failures_named(chunks: AsyncIterator[bytes], where: str) -> AsyncIterator[bytes]:
+    """A blob's bytes, the connection they come over failing (a reset, a timeout, the deadline) raised as this
+    registry's `fetch blob`: a target's PUT or PATCH that streams them would take an httpx error for its own
+    (`upload blob <target>: registry unreachable`, blaming the target for the source's fault)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except httpx.TransportError as exc:
+        raise RegistryUnreachable("fetch blob", where, exc) from exc
 
 
 class RegistryClient(BlobUploads):
@@ -249,7 +260,8 @@ class RegistryClient(BlobUploads):
         `BlobBody.start` says where the bytes really begin (0 when the server ignored the Range header)."""
         async with self._blob_response(repository, digest, start) as response:
             served_from = start if start and response.status_code == 206 else 0
-            yield BlobBody(regrouped(response.aiter_raw(), self.chunk_size), served_from)
+            chunks = regrouped(response.aiter_raw(), self.chunk_size)
+            yield BlobBody(failures_named(chunks, self.where(repository, digest)), served_from)
 
     async def read_blob(self, repository: str, descriptor: Descriptor) -> bytes:
         """A small blob's bytes (a chart, a config), as stored (never decoded), read up to its descriptor's size
