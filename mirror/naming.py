@@ -11,15 +11,17 @@ source registry (Docker Hub by default):
                                                -> registry.k8s.io_kube-state-metrics_kube-state-metrics
     127.0.0.1:5000/team/tool                   -> 127.0.0.1-5000_team_tool
 
-Path components are joined by `_`; a port's `:` becomes `-`. A name longer than ACR's 64 characters keeps
-its first 55 and ends with `-` and 8 hex digits of the source's sha256, so it stays unique. Two sources of
-one run that would still meet on one name (`a_b/c` and `a/b_c`) are refused before anything is sent
-(`check_unique`), and a tag a copy of another source already holds is reported as drift, never overwritten.
+Path components are joined by `_`; a port's `:` becomes `-` (an IPv6 literal's brackets and colons too). A name
+longer than ACR's 64 characters keeps its first 55 and ends with `-` and 8 hex digits of the source's sha256, so
+it stays unique. Two sources of one run that would still meet on one name (`a_b/c` and `a/b_c`) are refused
+before anything is sent (`check_unique`), and a tag a copy of another source already holds is reported as drift,
+never overwritten.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 
 from mirror.errors import Kind, MirrorError
@@ -40,7 +42,7 @@ def flat_name(source: Repository, home_registry: str) -> str:
     source registry, whose images are named by their path alone."""
     parts = source.name.split("/")
     if source.registry != api_host(home_registry):
-        parts.insert(0, source.registry.replace(":", "-"))
+        parts.insert(0, re.sub(r"[^a-z0-9.]+", "-", source.registry).strip("-"))  # `[::1]:5000`: `1-5000`
     name = SEPARATOR.join(parts)
     if len(name) <= MAX_NAME:
         return name

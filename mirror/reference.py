@@ -65,8 +65,10 @@ def without_userinfo(text: str) -> str:
 
 
 def api_host(registry: str) -> str:
-    """The host to send API requests to: Docker Hub's aliases all answer at one API host."""
-    return DOCKER_HUB_API_HOST if registry in DOCKER_HUB_ALIASES else registry
+    """The host to send API requests to, in lower case as DNS reads it (`Quay.io` is quay.io, one registry):
+    Docker Hub's aliases all answer at one API host."""
+    host = registry.lower()
+    return DOCKER_HUB_API_HOST if host in DOCKER_HUB_ALIASES else host
 
 
 def normalise_repository(registry: str, repository: str) -> str:

@@ -233,6 +233,12 @@ def test_the_naming_rule() -> None:
     assert flat_name(Repository.of("nvcr.io", "nvidia/k8s/dcgm-exporter"), hub) == "nvcr.io_nvidia_k8s_dcgm-exporter"
     assert flat_name(Repository.of("127.0.0.1:5000", "a/b"), hub) == "127.0.0.1-5000_a_b"
     assert flat_name(Repository.of("127.0.0.1:5000", "a/b"), "127.0.0.1:5000") == "a_b"
+    # a host as a chart may spell it: one registry whatever its case (`Quay.io_x_y` was no repository name),
+    # and an IPv6 literal's brackets and colons are no part of one either
+    assert flat_name(Repository.of("Quay.io", "x/y"), hub) == flat_name(Repository.of("quay.io", "x/y"), hub)
+    assert flat_name(Repository.of("Quay.io", "x/y"), hub) == "quay.io_x_y"
+    assert flat_name(Repository.of("[::1]:5000", "x/y"), hub) == "1-5000_x_y"
+    assert Repository.of("Docker.io", "nginx") == Repository.of("docker.io", "nginx")  # Docker Hub's API host
     long = Repository.of("registry.k8s.io", "a" * 40 + "/" + "b" * 40)
     other = Repository.of("registry.k8s.io", "a" * 40 + "/" + "b" * 39 + "c")
     assert len(flat_name(long, hub)) == 64 and flat_name(long, hub) != flat_name(other, hub)
