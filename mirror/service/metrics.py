@@ -79,7 +79,8 @@ class Metrics:
 
     def _start(self, now: float) -> None:
         """Every result and outcome exists from the start at 0, so that the first failure after a restart is an
-        increase (a series born at 1 is not one to `increase()`), and a budget never read is not "0 left"."""
+        increase (a series born at 1 is not one to `increase()`; one failing before the first scrape is, to the
+        alert, a failure of a replica younger than the hour), and a budget never read is not "0 left"."""
         self.store_success = Gauge(
             "mirror_store_last_successful_job_timestamp_seconds",
             "when the newest succeeded job in the job store (shared by every replica) finished (0: none)",
