@@ -305,12 +305,12 @@ def test_observing_jobs_sets_success_drift_and_the_budget() -> None:
     assert seen["mirror_syncs_total{result=failed}"] == 2 and seen["mirror_syncs_total{result=succeeded}"] == 1
     assert seen["mirror_jobs_given_up_total{}"] == 1 and seen["mirror_rate_limited_responses_total{}"] == 1
     assert seen["mirror_last_successful_job_timestamp_seconds{}"] == 3000.0  # the succeeded job, not the failed one
-    assert seen["mirror_drift{image=hami,target=cn-beijing}"] == 1
-    assert seen["mirror_drift_timestamp_seconds{image=hami,target=cn-beijing}"] == 3000.0
-    assert seen["mirror_drift{image=hami,target=cn-hangzhou}"] == 0
-    assert seen["mirror_drift{image=hami-scheduler,target=cn-hangzhou}"] == 0
-    assert "mirror_last_success_timestamp_seconds{image=hami,target=cn-beijing}" not in seen
-    assert seen["mirror_last_success_timestamp_seconds{image=hami,target=cn-hangzhou}"] == 3000.0
+    assert seen["mirror_drift{image=hami,tag=v2.10.0,target=cn-beijing}"] == 1
+    assert seen["mirror_drift_timestamp_seconds{image=hami,tag=v2.10.0,target=cn-beijing}"] == 3000.0
+    assert seen["mirror_drift{image=hami,tag=v2.10.0,target=cn-hangzhou}"] == 0
+    assert seen["mirror_drift{image=hami-scheduler,tag=v2.10.0,target=cn-hangzhou}"] == 0
+    assert "mirror_last_success_timestamp_seconds{image=hami,tag=v2.10.0,target=cn-beijing}" not in seen
+    assert seen["mirror_last_success_timestamp_seconds{image=hami,tag=v2.10.0,target=cn-hangzhou}"] == 3000.0
     assert seen["mirror_dockerhub_pulls_remaining{}"] == 37 and seen["mirror_dockerhub_pulls_limit{}"] == 100
     assert seen["mirror_dockerhub_pulls_window_seconds{}"] == 21600
     assert seen["mirror_dockerhub_pulls_timestamp_seconds{}"] == 3000.0
@@ -323,12 +323,33 @@ def test_observing_jobs_sets_success_drift_and_the_budget() -> None:
     again = ReleaseResult("v2.10.0", images=[image])
     metrics.observe([again], 3.0, False, 4000.0)
     later = samples(metrics)
-    assert later["mirror_drift{image=hami,target=cn-beijing}"] == 0
-    assert later["mirror_drift_timestamp_seconds{image=hami,target=cn-beijing}"] == 3000.0
-    assert later["mirror_last_success_timestamp_seconds{image=hami,target=cn-beijing}"] == 4000.0
-    assert later["mirror_last_success_timestamp_seconds{image=hami,target=cn-hangzhou}"] == 3000.0
+    assert later["mirror_drift{image=hami,tag=v2.10.0,target=cn-beijing}"] == 0
+    assert later["mirror_drift_timestamp_seconds{image=hami,tag=v2.10.0,target=cn-beijing}"] == 3000.0
+    assert later["mirror_last_success_timestamp_seconds{image=hami,tag=v2.10.0,target=cn-beijing}"] == 4000.0
+    assert later["mirror_last_success_timestamp_seconds{image=hami,tag=v2.10.0,target=cn-hangzhou}"] == 3000.0
     assert later["mirror_last_successful_job_timestamp_seconds{}"] == 3000.0  # this job failed
     assert later["mirror_dockerhub_pulls_remaining{}"] == 37  # no reading in this job: the last one stays
+
+
+def test_one_releases_drift_is_kept_beside_another_release_verified_in_the_same_job() -> None:
+    """A discovery job runs v2.9.0, then v2.10.0, of one image: v2.9.0's tag at the target points elsewhere, v2.10.0's
+    copy verifies. Each tag has its own series, so v2.9.0's drift stays 1 (with no success of its own to clear it),
+    and a later job of v2.10.0 alone does not clear it (labelled by image and target only, the last write won)."""
+
+    def release(version: str, outcome: Drift | UpToDate) -> ReleaseResult:
+        target = TargetResult("cn-hangzhou", f"registry.cn-hangzhou.aliyuncs.com:443/ns/hami:{version}", outcome)
+        return ReleaseResult(version, images=[ImageResult("hami", "docker.io/projecthami/hami", targets=[target])])
+
+    verified = release("v2.10.0", UpToDate("sha256:" + "a" * 64))
+    metrics = Metrics(now=0.0)
+    metrics.observe([release("v2.9.0", Drift("points at sha256:" + "b" * 64)), verified], 9.0, False, 1000.0)
+    metrics.observe([verified], 2.0, True, 2000.0)
+    seen = samples(metrics)
+    old, new = "image=hami,tag=v2.9.0,target=cn-hangzhou", "image=hami,tag=v2.10.0,target=cn-hangzhou"
+    assert seen[f"mirror_drift{{{old}}}"] == 1 and seen[f"mirror_drift_timestamp_seconds{{{old}}}"] == 1000.0
+    assert f"mirror_last_success_timestamp_seconds{{{old}}}" not in seen
+    assert seen[f"mirror_drift{{{new}}}"] == 0 and seen[f"mirror_last_success_timestamp_seconds{{{new}}}"] == 2000.0
+    assert f"mirror_drift_timestamp_seconds{{{new}}}" not in seen
 
 
 # -- the dashboard -------------------------------------------------------------------------------------------
@@ -373,13 +394,12 @@ def test_the_parse_check_rejects_a_broken_expression(tmp_path: Path) -> None:
 
 def test_the_dashboards_drift_is_the_alerts_drift(tmp_path: Path) -> None:
     """Two replicas: one saw hami's tag moved, then the other verified the copy; certgen's drift came after its
-    last verified copy. The drift panels, evaluated by promtool, show what MirrorTargetDrift reads: certgen
-    drifted, hami not (plain `max(mirror_drift)` showed both for as long as the first replica ran)."""
+    last verified copy; one job saw scheduler's v2.9.0 drifted and verified its v2.10.0. The drift panels, evaluated
+    by promtool, show what MirrorTargetDrift reads: certgen and scheduler's v2.9.0 drifted, hami and scheduler's
+    v2.10.0 not (plain `max(mirror_drift)` showed hami for as long as the first replica ran; by image and target
+    only, scheduler's verified v2.10.0 hid its v2.9.0)."""
     panels = dict(dashboard_exprs())
-    stat, table = (
-        panels["Targets drifted (A)"],
-        next(e for w, e in dashboard_exprs() if "mirror_drift{" in e and "(B)" in w),
-    )
+    stat, table = panels["Tags drifted (A)"], panels["Drift per image, target and tag (A)"]
     rules = tmp_path / "drift.yaml"
     records = [
         {"record": "panel:drifted", "expr": with_variables(stat)},
@@ -388,8 +408,8 @@ def test_the_dashboards_drift_is_the_alerts_drift(tmp_path: Path) -> None:
     rules.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": records}]}))
     one, two = {"job": "mirror", "instance": "10.0.0.1:8080"}, {"job": "mirror", "instance": "10.0.0.2:8080"}
 
-    def series(name: str, labels: dict[str, str], image: str, value: int) -> dict[str, str]:
-        text = ", ".join(f'{k}="{v}"' for k, v in {**labels, "image": image, "target": "t0"}.items())
+    def series(name: str, labels: dict[str, str], image: str, value: int, tag: str = "v1") -> dict[str, str]:
+        text = ", ".join(f'{k}="{v}"' for k, v in {**labels, "image": image, "target": "t0", "tag": tag}.items())
         return {"series": f"{name}{{{text}}}", "values": f"{value}x20"}
 
     inputs = [
@@ -400,15 +420,25 @@ def test_the_dashboards_drift_is_the_alerts_drift(tmp_path: Path) -> None:
         series("mirror_drift", one, "certgen", 1),
         series("mirror_drift_timestamp_seconds", one, "certgen", 300),
         series("mirror_last_success_timestamp_seconds", two, "certgen", 200),
+        series("mirror_drift", one, "scheduler", 1, "v2.9.0"),
+        series("mirror_drift_timestamp_seconds", one, "scheduler", 400, "v2.9.0"),
+        series("mirror_drift", one, "scheduler", 0, "v2.10.0"),
+        series("mirror_last_success_timestamp_seconds", one, "scheduler", 400, "v2.10.0"),
     ]
+
+    def row(image: str, value: int, tag: str = "v1") -> dict[str, Any]:
+        return {"labels": f'panel:drift{{image="{image}", tag="{tag}", target="t0"}}', "value": value}
+
     expected = [
-        {"expr": "panel:drifted", "eval_time": "10m", "exp_samples": [{"labels": "panel:drifted", "value": 1}]},
+        {"expr": "panel:drifted", "eval_time": "10m", "exp_samples": [{"labels": "panel:drifted", "value": 2}]},
         {
             "expr": "panel:drift",
             "eval_time": "10m",
             "exp_samples": [
-                {"labels": 'panel:drift{image="certgen", target="t0"}', "value": 1},
-                {"labels": 'panel:drift{image="hami", target="t0"}', "value": 0},
+                row("certgen", 1),
+                row("hami", 0),
+                row("scheduler", 1, "v2.9.0"),
+                row("scheduler", 0, "v2.10.0"),
             ],
         },
     ]

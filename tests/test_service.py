@@ -383,7 +383,7 @@ def test_metrics_parse_and_move(service: Service, source: LocalRegistry) -> None
     assert after["mirror_bytes_copied_total{}"] > 0
     assert after["mirror_blobs_total{outcome=uploaded}"] > 0
     assert after["mirror_sync_duration_seconds_count{}"] == 1
-    assert after["mirror_last_success_timestamp_seconds{image=hami,target=t0}"] > time.time() - 120
+    assert after["mirror_last_success_timestamp_seconds{image=hami,tag=v2.10.0,target=t0}"] > time.time() - 120
     assert "mirror_rate_limited_responses_total{}" in after
 
 

@@ -1,6 +1,6 @@
 """Prometheus metrics of the service: syncs, bytes, blobs, durations, 429s, Docker Hub's budget, jobs given
-up, the last success per image and target and of any job (this process's, and the job store's, which every
-replica shares), and drift per image and target. The 429s are told by the runs' registry clients
+up, the last success per image, target and tag and of any job (this process's, and the job store's, which every
+replica shares), and drift per image, target and tag. The 429s are told by the runs' registry clients
 (`count_retry_status`, the observer the runner gives each run), not read from a global. The alert rules and
 the dashboard over these names are in deploy/monitoring/ (tests/test_monitoring.py checks that they use only
 names rendered here)."""
@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from mirror.engine.blobs import BlobOutcome
 from mirror.engine.outcomes import Drift
-from mirror.report import ReleaseResult
+from mirror.report import ReleaseResult, TargetResult
 
 RESULTS = ("succeeded", "failed")
 STORE_READ_SECONDS = 10.0  # /metrics, open to anyone, reads the job store at most this often
@@ -48,9 +48,6 @@ class Metrics:
         self.pulls_read = Gauge(
             "mirror_dockerhub_pulls_timestamp_seconds", "when a job last read Docker Hub's pull budget", registry=r
         )
-        self.last_success = Gauge(
-            "mirror_last_success_timestamp_seconds", "last verified copy", ["image", "target"], registry=r
-        )
         self.last_job_success = Gauge(
             "mirror_last_successful_job_timestamp_seconds",
             "when a job last succeeded in this process (0: none yet)",
@@ -59,23 +56,40 @@ class Metrics:
         self.started = Gauge(
             "mirror_started_timestamp_seconds", "when this process's metrics began (the service started)", registry=r
         )
-        self.drift = Gauge(
-            "mirror_drift",
-            "1 while the last job saw the target's tag point elsewhere (left alone), 0 once verified again",
-            ["image", "target"],
-            registry=r,
-        )
-        self.drift_seen = Gauge(
-            "mirror_drift_timestamp_seconds",
-            "when a job last saw the target's tag point elsewhere",
-            ["image", "target"],
-            registry=r,
-        )
+        self.last_success, self.drift, self.drift_seen = self._copy_gauges()
         self.rate_limited = Counter("mirror_rate_limited_responses", "429 answers seen from registries", registry=r)
         self.given_up = Counter(
             "mirror_jobs_given_up", "jobs failed because their lease ran out service.max_attempts times", registry=r
         )
         self._start(time.time() if now is None else now)
+
+    def _copy_gauges(self) -> tuple[Gauge, Gauge, Gauge]:
+        """The last verified copy and drift, by image, target and tag (the tag at the target): one image's releases
+        are copied under their own tags, and one may drift while another verifies in the same job (by image and
+        target alone, the last written hid the drift). One series per image, target and tag a job of this process
+        has seen: the releases in the discovery window (and those entering it, or a webhook names, while the
+        process runs), times images and targets; a restart forgets them."""
+        labels, r = ["image", "target", "tag"], self.registry
+        return (
+            Gauge(
+                "mirror_last_success_timestamp_seconds",
+                "when a job last verified the copy of the image's tag at the target (per tag seen)",
+                labels,
+                registry=r,
+            ),
+            Gauge(
+                "mirror_drift",
+                "1 while the last job saw the target's tag point elsewhere (left alone), 0 once verified (per tag)",
+                labels,
+                registry=r,
+            ),
+            Gauge(
+                "mirror_drift_timestamp_seconds",
+                "when a job last saw the target's tag point elsewhere (per tag seen)",
+                labels,
+                registry=r,
+            ),
+        )
 
     def _start(self, now: float) -> None:
         """Every result and outcome exists from the start at 0, so that the first failure after a restart is an
@@ -116,18 +130,28 @@ class Metrics:
                 self.pulls_read.set(now)
             for image in release.images:
                 for target in image.targets:
-                    self.bytes.inc(target.bytes_uploaded)
-                    for outcome, count in target.blobs.items():
-                        self.blobs.labels(outcome).inc(count)
-                    if target.verified:
-                        self.last_success.labels(image.name, target.target).set(now)
-                        self.drift.labels(image.name, target.target).set(0)
-                    elif isinstance(target.outcome, Drift):
-                        self.drift.labels(image.name, target.target).set(1)
-                        self.drift_seen.labels(image.name, target.target).set(now)
+                    self._observe_copy(image.name, target, now)
+
+    def _observe_copy(self, image: str, target: TargetResult, now: float) -> None:
+        """One image at one target, under the tag it has there (the reference's: a pinned copy's own tag)."""
+        self.bytes.inc(target.bytes_uploaded)
+        for outcome, count in target.blobs.items():
+            self.blobs.labels(outcome).inc(count)
+        labels = (image, target.target, target_tag(target))
+        if target.verified:
+            self.last_success.labels(*labels).set(now)
+            self.drift.labels(*labels).set(0)
+        elif isinstance(target.outcome, Drift):
+            self.drift.labels(*labels).set(1)
+            self.drift_seen.labels(*labels).set(now)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def target_tag(target: TargetResult) -> str:
+    """The tag of a target's reference (`repository:tag`; a tag holds no colon, a registry's port comes before)."""
+    return target.reference.rpartition(":")[2]
 
 
 class StoreSuccess:
