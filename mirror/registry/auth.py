@@ -293,10 +293,7 @@ class RegistryAuth(httpx.Auth):
         code, message = ("", "still unauthorized after authenticating")
         if response is not None:
             code, message = parse_error_body(await read_limited(response, MAX_ERROR_BODY, truncate=True))
-        message = message or "unauthorized"
-        if request.method in ("GET", "HEAD"):  # Docker Hub refuses a missing repository so, as a private one
-            message += "; the repository may not exist (check its name), or pulling it needs a login"
-        message += self._whose(401)
+        message = _refused(request, message or "unauthorized") + self._whose(401)
         raise AuthError(self.host, repository_of(request) or "", 401, code, message)
 
     def _whose(self, status: int) -> str:
@@ -311,6 +308,14 @@ class RegistryAuth(httpx.Auth):
         if credentials is None:
             return ""
         return f" (credentials from {credentials.origin})" if credentials.origin else ""
+
+
+def _refused(request: httpx.Request, message: str) -> str:
+    """A refusal's words; for a pull, what else it may mean: Docker Hub refuses a missing repository so, as a
+    private one (its token server grants nothing, the registry answers 401, not 404)."""
+    if request.method in ("GET", "HEAD"):
+        return f"{message}; the repository may not exist (check its name), or pulling it needs a login"
+    return message
 
 
 def _refusal(status: int) -> bool:
