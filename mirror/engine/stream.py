@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from mirror.oci import Descriptor
-from mirror.registry import RegistryClient
 from mirror.registry.errors import IntegrityError
 
 Hasher = Any  # hashlib's sha256 object has no public type
@@ -17,19 +16,24 @@ def new_hasher() -> Hasher:
     return hashlib.sha256()
 
 
-def check_digest(blob: Descriptor, size: int, hasher: Hasher) -> None:
+def check_digest(blob: Descriptor, size: int, hasher: Hasher, sender: str = "source") -> None:
+    """The bytes `sender` sent (the source, or the target whose copy is checked) are the blob's."""
     digest = "sha256:" + hasher.hexdigest()
     if size != blob.size or digest != blob.digest:
         raise IntegrityError(
-            f"blob {blob.digest}: source sent {size} bytes hashing to {digest}, expected {blob.size} bytes"
+            f"blob {blob.digest}: {sender} sent {size} bytes hashing to {digest}, expected {blob.size} bytes"
         )
 
 
 async def verified_stream(
-    chunks: AsyncIterator[bytes], blob: Descriptor, on_bytes: Callable[[int], None] | None = None
+    chunks: AsyncIterator[bytes],
+    blob: Descriptor,
+    on_bytes: Callable[[int], None] | None = None,
+    sender: str = "source",
 ) -> AsyncIterator[bytes]:
     """Pass the bytes through, hashing them, and hold the last chunk back until size and sha256 check out:
-    an upload whose bytes do not match its digest is never completed."""
+    an upload whose bytes do not match its digest is never completed. `sender` names where they come from in
+    the failure."""
     hasher = new_hasher()
     size = 0
     held: bytes | None = None
@@ -38,14 +42,16 @@ async def verified_stream(
             continue
         size += len(chunk)
         if size > blob.size:
-            raise IntegrityError(f"blob {blob.digest}: source sent more than the {blob.size} bytes it declares")
+            raise IntegrityError(
+                f"blob {blob.digest}: {sender} sent more than the {blob.size} bytes the descriptor declares"
+            )
         hasher.update(chunk)
         if held is not None:
             yield held
             if on_bytes:
                 on_bytes(len(held))
         held = chunk
-    check_digest(blob, size, hasher)
+    check_digest(blob, size, hasher, sender)
     if held is not None:
         yield held
         if on_bytes:
@@ -83,14 +89,3 @@ class ExactReader:
                 self._buffer = chunk
                 return False
         return True
-
-
-async def hash_blob(client: RegistryClient, repository: str, blob: Descriptor) -> str | None:
-    """Re-read a blob and return a problem, or None when its bytes match its descriptor."""
-    try:
-        async with client.open_blob(repository, blob.digest) as body:
-            async for _ in verified_stream(body.chunks, blob):
-                pass
-    except IntegrityError as exc:
-        return str(exc)
-    return None

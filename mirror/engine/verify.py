@@ -9,10 +9,14 @@ from dataclasses import dataclass
 
 from mirror.engine.probes import TargetProbes
 from mirror.engine.statecache import ManifestCache
-from mirror.engine.stream import hash_blob
+from mirror.engine.stream import verified_stream
+from mirror.engine.tasks import gather_or_raise
 from mirror.engine.tree import manifest_by_digest
+from mirror.engine.upload import CountingOrigin, RegistryOrigin, is_transient
 from mirror.oci import Descriptor, Manifest, ManifestError
 from mirror.registry import RegistryClient, RegistryError
+from mirror.registry.errors import IntegrityError
+from mirror.registry.retry import retry_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +70,14 @@ async def verify_copy(
         if children is not None and [m.digest for m in root.manifests] != children:
             return Verification((f"{where}: the index holds other children than expected",))
         if root.is_index:
-            results = await asyncio.gather(*(checks.child(d.digest) for d in root.manifests))
+            results = await gather_or_raise(checks.child(d.digest) for d in root.manifests)
             problems = [p for found in results for p in found if p]
         else:
             problems = [p for p in await checks.image(root) if p]
     except (RegistryError, ManifestError) as exc:
-        checks.cancel()
         return Verification((str(exc),))
+    finally:
+        checks.cancel()  # whatever ended it (a failure, a cancellation), no check reads on after it
     return Verification(tuple(dict.fromkeys(problems)), tuple(root.manifests))
 
 
@@ -145,3 +150,23 @@ class _BlobChecks:
     def cancel(self) -> None:
         for task in self._checks.values():
             task.cancel()
+
+
+async def hash_blob(client: RegistryClient, repository: str, blob: Descriptor) -> str | None:
+    """Re-read a blob at the target: a problem, or None when its bytes match its descriptor. A read that fails
+    in passing (a reset mid-body) is read again under the client's retry policy, as a transfer is, its clock
+    started again by an attempt that read some of the blob."""
+    sender = client.where(repository)
+    origin = CountingOrigin(RegistryOrigin(client, repository))
+
+    async def read(attempt: int) -> str | None:
+        try:
+            async with origin.open(blob) as body:
+                async for _ in verified_stream(body.chunks, blob, sender=sender):
+                    pass
+        except IntegrityError as exc:  # the copy's bytes are wrong: a finding, not a failure to read them
+            return str(exc)
+        return None
+
+    what = f"the check of {client.where(repository, blob.digest)}"
+    return await retry_step(client.retry, read, is_transient, what, progress=lambda: origin.read)

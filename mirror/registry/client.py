@@ -105,7 +105,9 @@ class RegistryClient(BlobUploads):
         options = options or ClientOptions()
         pull = options.pull_budget
         budget = PullBudget(pull.floor, pull.max_wait, pull.poll_interval)
-        return cls(host, open_http_client(host, options), options.chunk_size, budget)
+        client = cls(host, open_http_client(host, options), options.chunk_size, budget)
+        client.retry = options.retry
+        return client
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -12,12 +12,14 @@ from mirror.reference import is_valid_digest
 from mirror.registry.auth import RegistryAuth
 from mirror.registry.body import read_limited, released
 from mirror.registry.errors import MAX_ERROR_BODY, RegistryUnreachable
+from mirror.registry.retry import RetryPolicy
 
 
 class RegistryHost:
     def __init__(self, host: str, http: httpx.AsyncClient) -> None:
         self.host = host
         self.http = http
+        self.retry = RetryPolicy()  # its requests' policy, for a step the transport cannot retry (retry_step)
 
     @property
     def answers_anyone(self) -> bool:
