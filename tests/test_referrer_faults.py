@@ -16,7 +16,7 @@ import pytest
 from mirror.cli import main
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.sample import SampleBuilder
-from mirror.engine.referrers import fallback_tag
+from mirror.engine.referrers import fallback_tag, find_referrers
 from mirror.oci import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, sha256_digest
 from mirror.registry import RegistryClient
 from mirror.settings import load_settings
@@ -265,3 +265,24 @@ def test_a_signature_added_to_the_target_sig_tag_is_not_dropped(
     assert [layer["annotations"] for layer in sig_layers(target, "mirrored/hami", sig_tag)][-1] == {
         "dev.cosignproject.cosign/signature": "MEUCIQ-hami-again"
     }
+
+
+@pytest.mark.parametrize("annotations", [["dev.sigstore.bundle.predicateType"], "cosign", 7])
+async def test_a_listed_referrer_whose_annotations_are_no_mapping_is_read_as_having_none(
+    annotations: object,
+) -> None:
+    """A referrers listing is the source's word: an entry whose annotations are not a mapping raised
+    AttributeError out of the run. Read as none, it is told by its artifact type like any other. (A mock
+    transport: distribution refuses to store such a manifest, so no registry here can list one.)"""
+    subject, signature = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    entry = {"mediaType": OCI_MANIFEST, "digest": signature, "size": 100, "artifactType": BUNDLE}
+    listing = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [{**entry, "annotations": annotations}]}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == f"/v2/ns/r/referrers/{subject}":
+            return httpx.Response(200, headers={"Content-Type": OCI_INDEX}, content=json.dumps(listing).encode())
+        return httpx.Response(404)  # the fallback tag, and cosign's older tags
+
+    http = httpx.AsyncClient(base_url="https://registry.test", transport=httpx.MockTransport(answer))
+    found = await find_referrers(RegistryClient("registry.test", http), "ns/r", subject)
+    assert [(referrer.digest, referrer.kind) for referrer in found.referrers] == [(signature, "signature")]

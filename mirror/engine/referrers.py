@@ -44,8 +44,11 @@ def fallback_tag(digest: str) -> str:
 
 def kind_of(entry: dict[str, Any], manifest: Manifest | None = None) -> str:
     """signature, attestation, sbom or artifact, from the artifact type and the media types it carries. A
-    sigstore bundle is a signature when its predicate (annotated by cosign v3) is cosign's signing one."""
-    predicate = str((entry.get("annotations") or {}).get("dev.sigstore.bundle.predicateType") or "")
+    sigstore bundle is a signature when its predicate (annotated by cosign v3) is cosign's signing one. A listing
+    is the source's word: annotations that are no mapping count as none."""
+    annotations = entry.get("annotations")
+    annotated = annotations.get("dev.sigstore.bundle.predicateType") if isinstance(annotations, dict) else None
+    predicate = str(annotated or "")
     if predicate and predicate != "https://sigstore.dev/cosign/sign/v1":
         return "sbom" if "spdx" in predicate or "cyclonedx" in predicate else "attestation"
     types = [str(entry.get("artifactType") or ""), str(entry.get("mediaType") or "")]
