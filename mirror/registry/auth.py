@@ -274,7 +274,7 @@ class RegistryAuth(httpx.Auth):
         token_host, repository = response.request.url.host, repository_of(request) or ""
         try:  # kept in the response: httpx reads it again once the flow moves on
             body = await read_limited(response, MAX_TOKEN_RESPONSE, keep=True)
-        except BodyTooLarge as exc:
+        except (BodyTooLarge, httpx.DecodingError) as exc:  # too long, or labelled with a coding it is not in
             status = response.status_code
             raise AuthError(self.host, repository, status, "", f"token server {token_host}: {exc}") from None
         if (status := response.status_code) != 200:
