@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import logging
+import shutil
 import signal
 import subprocess
 import sys
@@ -460,3 +461,64 @@ def test_a_url_turned_bad_since_load_is_one_undelivered_post(tmp_path: Path) -> 
     errors = {each.channel: each.error for each in sent}
     assert arrived == 1 and errors["good"] is None
     assert errors["bad"] == "UnicodeError: the URL is not one to post to"
+
+
+def test_a_release_whose_values_land_a_run_after_its_copies_is_announced_once(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copies landed but the values could not be written (here the target's folder was a file; a SIGTERM,
+    an evicted pod or a lost lock between the two alike): the channel heard FAILED, and the next run, writing the
+    values with nothing left to copy, said nothing: on-call never learned the release landed. With what was told
+    kept under state_dir, it is announced once; a state_dir that keeps nothing (a CronJob's emptyDir) stays as
+    before, announcing only what a run copies."""
+    seed_release(source)
+    with receiver("slack", "", token_of("slack")) as slack:
+        notify = {"channels": channels(monkeypatch, tmp_path, {"slack": slack})}
+        config = write_config(tmp_path / "mirror.yaml", source, [target], notify=notify, discovery={"newest": 1})
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "t0").write_text("in the way")
+        discover = ["sync", "--discover", "--config", str(config)]
+        assert main(discover) == 1  # copied and verified; the values not written
+        (tmp_path / "out" / "t0").unlink()
+        assert main(discover) == 0  # nothing to copy; the values written
+        assert main(discover) == 0  # nothing new
+        shutil.rmtree(tmp_path / "state")  # an emptyDir: nothing remembered
+        shutil.rmtree(tmp_path / "out")
+        assert main(discover) == 0
+        said = [message.text() for message in slack.received]
+    assert len(said) == 2, said
+    assert f"{VERSION} FAILED" in said[0]
+    assert f"{VERSION} mirrored to t0" in said[1] and "images: copied by an earlier run" in said[1]
+    assert "helm upgrade --install hami hami-charts/hami" in said[1]
+
+
+def test_runs_sharing_a_database_announce_a_release_whose_values_landed_later_once(
+    tmp_path: Path, source: LocalRegistry, target: LocalRegistry, monkeypatch: pytest.MonkeyPatch, database_url: str
+) -> None:
+    """Replicas and a CronJob beside them keep no state_dir in common (emptyDirs): what was told lives in the job
+    store, so the pod that writes the values of a release another pod copied announces it, and no pod again."""
+    seed_release(source)
+    with receiver("slack", "", token_of("slack")) as slack:
+        notify = {"channels": channels(monkeypatch, tmp_path, {"slack": slack})}
+
+        def pod(name: str) -> list[str]:
+            config = write_config(
+                tmp_path / f"{name}.yaml",
+                source,
+                [target],
+                notify=notify,
+                discovery={"newest": 1},
+                database_url=database_url,
+                state_dir=str(tmp_path / name / "state"),
+            )
+            return ["sync", "--discover", "--config", str(config)]
+
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "t0").write_text("in the way")
+        assert main(pod("first")) == 1  # copied and verified; the values not written
+        (tmp_path / "out" / "t0").unlink()
+        assert main(pod("second")) == 0  # nothing to copy; the values written
+        assert main(pod("third")) == 0
+        said = [message.text() for message in slack.received]
+    assert len(said) == 2, said
+    assert f"{VERSION} FAILED" in said[0] and f"{VERSION} mirrored to t0" in said[1]

@@ -262,3 +262,22 @@ async def test_a_jobs_files_are_kept_by_digest_while_a_job_writes_them_and_prune
     assert await store.claim_next("replica", 30) is not None
     assert not await store.finish(lost["id"], "gone", SUCCEEDED, [], None, {"x" * 64: b"x"})  # not its lease
     assert await store.file("x" * 64) is None
+
+
+async def test_the_on_call_ledger_tells_a_store_never_noted_from_one_that_noted_nothing(
+    store: JobStore, clock: FakeClock
+) -> None:
+    """A run that delivered nothing still marks the ledger in use: the next run's values for a release it copied
+    are then news (`told` is a set), where a store never noted says nothing of what was told (None)."""
+    assert await store.told() is None
+    await store.note(set())
+    assert await store.told() == set()
+    clock.advance(DAY * 20)
+    await store.note({"v2.10.0 t0 hami"})
+    assert await store.told() == {"v2.10.0 t0 hami"}
+    clock.advance(DAY * 20)
+    await store.prune(keep_days=30, keep_jobs=1000)  # noted 20 days ago: kept; the mark too (noted with it)
+    assert await store.told() == {"v2.10.0 t0 hami"}
+    clock.advance(DAY * 20)
+    await store.prune(keep_days=30, keep_jobs=1000)
+    assert await store.told() is None

@@ -104,13 +104,26 @@ def _on_ctrl_c(loop: asyncio.AbstractEventLoop, shutdown: Shutdown, grace: float
 
 def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None:
     """The run's news to the notify channels, after its report: a receiver that is down or slow costs at most
-    `notify.deadline` seconds and never changes the exit code."""
-    from mirror.notify.events import events_of
-    from mirror.notify.send import notify
+    `notify.deadline` seconds and never changes the exit code. What was told is remembered in the job store where
+    there is a database (shared with the service), else under `state_dir` (`mirror.notify.ledger`)."""
+    from mirror.notify.announce import announce, why
+    from mirror.notify.ledger import FileLedger
 
-    events = events_of(results)
-    if events:
-        asyncio.run(notify(settings.notify, events))
+    if settings.database_url is None:
+        asyncio.run(announce(settings.notify, FileLedger(settings.state_dir), results))
+        return
+    from mirror.service.store import JobStore
+
+    try:
+        store = JobStore(settings.database_url)
+    except Exception as exc:  # the database is away: told as without a ledger
+        logging.getLogger("mirror").warning("on-call ledger not opened (%s)", why(exc))
+        asyncio.run(announce(settings.notify, None, results))
+        return
+    try:
+        asyncio.run(announce(settings.notify, store, results))
+    finally:
+        store.close()
 
 
 def tell_on_call_stopped(settings: MirrorSettings, versions: list[str], error: MirrorError) -> None:

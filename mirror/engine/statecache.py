@@ -65,7 +65,7 @@ class ManifestCache:
             return
         path = self.state_dir / "manifests" / "sha256" / manifest.digest.removeprefix("sha256:")
         if _read_kept(path, manifest.digest) is None:
-            _write_atomically(path, manifest.media_type.encode("ascii") + b"\n" + manifest.raw, self.state_dir)
+            write_atomically(path, manifest.media_type.encode("ascii") + b"\n" + manifest.raw, self.state_dir)
 
 
 def _read_kept(path: Path, digest: str) -> Manifest | None:
@@ -101,18 +101,18 @@ class RegistryNotes:
 
     def save(self) -> None:
         if self._changed and self.path is not None:
-            _write_atomically(self.path, json.dumps(self._notes, indent=1, sort_keys=True).encode(), self.path.parent)
+            write_atomically(self.path, json.dumps(self._notes, indent=1, sort_keys=True).encode(), self.path.parent)
             self._changed = False
 
     def _read(self) -> dict[str, dict[str, float]]:
-        doc = _read_json(self.path)
+        doc = read_json(self.path)
         return {str(host): dict(note) for host, note in doc.items() if isinstance(note, dict)}
 
 
 class LastDigests:
     def __init__(self, directory: Path | None) -> None:
         self.path = directory / "tags.json" if directory is not None else None
-        self._digests = {str(k): v for k, v in _read_json(self.path).items() if isinstance(v, str)}
+        self._digests = {str(k): v for k, v in read_json(self.path).items() if isinstance(v, str)}
         self._changed = False
 
     def get(self, registry: str, repository: str, tag: str) -> str | None:
@@ -129,11 +129,11 @@ class LastDigests:
     def save(self) -> None:
         if self._changed and self.path is not None:
             kept = dict(list(self._digests.items())[-MAX_TAGS_KEPT:])
-            _write_atomically(self.path, json.dumps(kept, indent=0).encode(), self.path.parent)
+            write_atomically(self.path, json.dumps(kept, indent=0).encode(), self.path.parent)
             self._changed = False
 
 
-def _read_json(path: Path | None) -> dict[str, object]:
+def read_json(path: Path | None) -> dict[str, object]:
     """A JSON object kept under `state_dir`; empty where it is missing, too large, unreadable or not an object."""
     if path is None:
         return {}
@@ -145,7 +145,7 @@ def _read_json(path: Path | None) -> dict[str, object]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _write_atomically(path: Path, data: bytes, state_dir: Path) -> None:
+def write_atomically(path: Path, data: bytes, state_dir: Path) -> None:
     """Write whole or not at all (a temporary file renamed into place); a failure is never raised, and the first
     under `state_dir` is a warning: the run goes on, but the next one pays the requests the state would save."""
     try:

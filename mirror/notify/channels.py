@@ -165,7 +165,9 @@ def lines(event: Event, style: Style = PLAIN) -> list[str]:
         case Mirrored():
             values = [style.link(event.page)] if event.page else [shown(values) for values in event.values]
             return [
-                f"images: {', '.join(shown(image) for image in event.images)}",
+                f"images: {', '.join(shown(image) for image in event.images)}"
+                if event.images
+                else "images: copied by an earlier run, verified by this one",
                 f"moved: {event.bytes_moved / 1_000_000:.1f} MB",
                 *(f"values: {each}" for each in values),
                 *(style.command(line) for line in event.helm_lines),

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mirror.engine.outcomes import Copied, Drift
+from mirror.notify.ledger import key
 from mirror.report import ReleaseResult
 
 
@@ -24,7 +25,7 @@ class Mirrored:
 
     release: str
     target: str
-    images: tuple[str, ...]  # the images copied to the target in this run
+    images: tuple[str, ...]  # the images copied to the target in this run (none: in an earlier one)
     bytes_moved: int
     values: tuple[str, ...]  # the values files written: paths, or in the service each one's download (job API)
     helm_lines: tuple[str, ...]
@@ -99,25 +100,33 @@ def stopped(versions: list[str] | None, what: str, where: str, reason: str, page
     return Failed(", ".join(versions or []) or "discovery", (Failure(what, where, reason),), page)
 
 
-def events_of(results: list[ReleaseResult], job: JobLinks | None = None) -> list[Event]:
+def events_of(results: list[ReleaseResult], job: JobLinks | None = None, told: set[str] | None = None) -> list[Event]:
     """The run's events, releases in order, then its drift. `job` (the service's) gives each event the job's page,
-    and the values their downloads in place of paths on the service's disk."""
+    and the values their downloads in place of paths on the service's disk. `told`: what the on-call ledger
+    remembers announcing (`mirror.notify.ledger`); values written for a release never told are announced as it
+    mirrored, though its images were copied in an earlier run. None: a release is announced only when its images
+    were copied in this run."""
     releases = [release for release in results if not release.dry_run]
     page = job.page if job else None
     events: list[Event] = []
     for release in releases:
-        events += _mirrored(release, job)
+        events += _mirrored(release, job, told)
     return events + _failed(releases, page) + _drifted(releases, page)
 
 
-def _mirrored(release: ReleaseResult, job: JobLinks | None) -> list[Event]:
+def _mirrored(release: ReleaseResult, job: JobLinks | None, told: set[str] | None) -> list[Event]:
     copied: dict[str, list[tuple[str, int]]] = {}
     for image in release.images:
         for target in image.targets:
             if isinstance(target.outcome, Copied):
                 copied.setdefault(target.target, []).append((image.name, target.outcome.bytes_uploaded))
+    untold = {
+        v.target
+        for v in release.values
+        if told is not None and key(release.version, v.target, v.chart_name) not in told
+    }
     events: list[Event] = []
-    for name, images in copied.items():
+    for name in dict.fromkeys([*copied, *sorted(untold)]):
         written = [v for v in release.values if v.target == name]
         if not written:
             continue  # copied but not delivered: the failure says why
@@ -126,6 +135,7 @@ def _mirrored(release: ReleaseResult, job: JobLinks | None) -> list[Event]:
         else:
             values = tuple(job.values(release.version, v.target, v.chart_name) for v in written)
         helm = tuple(upgrade_line(v.helm_command) for v in written)
+        images = copied.get(name, [])
         moved = sum(b for _, b in images)
         page = job.page if job else None
         events.append(Mirrored(release.version, name, tuple(n for n, _ in images), moved, values, helm, page))

@@ -264,22 +264,21 @@ class JobRunner:
 
     def _announce(self, job: dict[str, Any], results: list[ReleaseResult], error: str | None) -> None:
         """The job's news to the notify channels, in the background: sent once per job, by the replica that
-        recorded its outcome, and never holding up the next job."""
+        recorded its outcome, and never holding up the next job; what it delivered noted in the store's on-call
+        ledger, shared by the replicas."""
         if not self.settings.notify.channels:
             return
-        from mirror.notify.events import events_of, stopped
-        from mirror.notify.send import notify
+        from mirror.notify.announce import announce
+        from mirror.notify.events import stopped
 
         public = self.settings.notify.public_url
         links = job_links(public, job["id"]) if public else None
-        events = events_of(results, links)
-        if error:
-            page = links.page if links else None
-            events.append(stopped(job.get("versions"), f"job {job['id']}", "mirror serve", str(error), page))
-        if events:
-            task: asyncio.Task[object] = asyncio.ensure_future(notify(self.settings.notify, events))
-            self._announcing.add(task)
-            task.add_done_callback(self._announcing.discard)
+        page = links.page if links else None
+        failed = [stopped(job.get("versions"), f"job {job['id']}", "mirror serve", str(error), page)] if error else []
+        telling = announce(self.settings.notify, self.store, results, links, failed)
+        task: asyncio.Task[object] = asyncio.ensure_future(telling)
+        self._announcing.add(task)
+        task.add_done_callback(self._announcing.discard)
 
     async def _heartbeat(self, job_id: str, shutdown: Shutdown) -> None:
         """Renew the lease at a third of its length. A lease found lost means another replica has the job:

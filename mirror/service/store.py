@@ -143,6 +143,15 @@ files = Table(
     Column("content", LargeBinary, nullable=False),
     Column("kept_at", Float, nullable=False, index=True),
 )
+# What the on-call channel was told landed (`mirror.notify.ledger`): one row per release, target and chart, so
+# replicas announce each once between them; a row no job noted for `keep_jobs_days` goes with the prune.
+IN_USE = ""  # the ledger's key saying it is kept, though a run delivered nothing yet
+announced = Table(
+    "announced",
+    metadata,
+    Column("key", String(400), primary_key=True),
+    Column("noted_at", Float, nullable=False, index=True),
+)
 # One row, written by `writable`: a store that takes no writes (a read-only file or standby, a full disk) says so
 write_check = Table(
     "write_check",
@@ -284,6 +293,15 @@ class JobStore:
         found = await self._run(lambda db: db.execute(select(files.c.content).where(files.c.sha256 == sha256)).first())
         return bytes(found.content) if found is not None else None
 
+    async def told(self) -> set[str] | None:
+        """The on-call ledger's keys (`mirror.notify.ledger`); None while nothing was ever noted."""
+        keys = await self._run(lambda db: set(db.execute(select(announced.c.key)).scalars()))
+        return keys - {IN_USE} if keys else None
+
+    async def note(self, keys: set[str]) -> None:
+        rows = [{"key": each} for each in {IN_USE, *keys}]  # noted, if only that it is in use
+        await self._run(lambda db: _touch(db, announced.c.key, announced.c.noted_at, rows, self._now(db)))
+
     async def get(self, job_id: str) -> dict[str, Any] | None:
         row = await self._run(lambda db: db.execute(select(jobs).where(jobs.c.id == job_id)).first())
         return _row(row) if row is not None else None
@@ -319,7 +337,7 @@ class JobStore:
         def work(db: Connection) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
             now = self._now(db)
             given_up = []
-            while (candidate := self._oldest_claimable(db, now)) is not None:
+            while (candidate := _oldest_claimable(db, now)) is not None:
                 if candidate.state == RUNNING and candidate.attempts >= max_attempts:
                     failed = _give_up(db, candidate, now)
                     if failed is not None:
@@ -351,15 +369,6 @@ class JobStore:
                 on_give_up(job)
         return claimed
 
-    def _oldest_claimable(self, db: Connection, now: float) -> Any:
-        """The oldest claimable job's id, state and lease; on PostgreSQL locked for this transaction, jobs
-        another replica is claiming at this moment skipped."""
-        columns = (jobs.c.id, jobs.c.state, jobs.c.attempts, jobs.c.owner, jobs.c.lease_expires_at)
-        oldest = select(*columns).where(_claimable(now)).order_by(jobs.c.created_at, jobs.c.id).limit(1)
-        if self.postgres:
-            oldest = oldest.with_for_update(skip_locked=True)
-        return db.execute(oldest).first()
-
     async def renew(self, job_id: str, owner: str, lease: float) -> bool:
         """Extend the lease; False when `owner` no longer holds it (it expired and another replica took it)."""
 
@@ -390,7 +399,8 @@ class JobStore:
             statement = update(jobs).where(_held(job_id, owner)).values(**values, finished_at=self._now(db))
             ended = db.execute(statement.returning(jobs.c.release_key)).first()
             if ended is not None:
-                _keep_files(db, written or {}, self._now(db))
+                kept = [{"sha256": digest, "content": content} for digest, content in (written or {}).items()]
+                _touch(db, files.c.sha256, files.c.kept_at, kept, self._now(db))
                 _promote(db, ended.release_key)
             return ended is not None
 
@@ -444,19 +454,29 @@ class JobStore:
         """Delete finished jobs, with their deliveries, that finished over `keep_days` days ago or that are
         older than the newest `keep_jobs` jobs; never a waiting, queued or running job, nor the newest success
         of a release (`last_success`, a replayed webhook's answer). At most `batch` jobs per transaction and
-        `batches` transactions. Replicas pruning at once delete each job once. Files no job wrote for `keep_days`
-        days go too. How many jobs were deleted."""
+        `batches` transactions. Replicas pruning at once delete each job once. Files no job wrote, and ledger
+        rows no job noted, for `keep_days` days go too. How many jobs were deleted."""
         deleted = 0
         for _ in range(batches):
             done = await self._run(lambda db: _prune_batch(db, self._now(db) - keep_days * DAY, keep_jobs, batch))
             deleted += done
             if done < batch:
                 break
-        await self._run(lambda db: db.execute(delete(files).where(files.c.kept_at < self._now(db) - keep_days * DAY)))
+        await self._run(lambda db: _prune_kept(db, self._now(db) - keep_days * DAY))
         return deleted
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _oldest_claimable(db: Connection, now: float) -> Any:
+    """The oldest claimable job's id, state and lease; on PostgreSQL locked for this transaction, jobs another
+    replica is claiming at this moment skipped."""
+    columns = (jobs.c.id, jobs.c.state, jobs.c.attempts, jobs.c.owner, jobs.c.lease_expires_at)
+    oldest = select(*columns).where(_claimable(now)).order_by(jobs.c.created_at, jobs.c.id).limit(1)
+    if db.dialect.name == "postgresql":
+        oldest = oldest.with_for_update(skip_locked=True)
+    return db.execute(oldest).first()
 
 
 def _newest_first(db: Connection, limit: int, before: str | None, state: str | None, kind: str | None) -> list[Any]:
@@ -477,12 +497,19 @@ def _newest_first(db: Connection, limit: int, before: str | None, state: str | N
     return list(db.execute(query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)).all())
 
 
-def _keep_files(db: Connection, written: dict[str, bytes], now: float) -> None:
-    """Each file by its sha256, marked kept now (one already there keeps its bytes: the same by their digest)."""
+def _touch(db: Connection, key: Column[Any], stamp: Column[Any], rows: list[dict[str, Any]], now: float) -> None:
+    """Each row inserted with `stamp` set to now, or, where its `key` is there already, only its stamp set (a
+    file's bytes are the same by their digest)."""
     upsert = pg_insert if db.dialect.name == "postgresql" else sqlite_insert
-    for digest, content in written.items():
-        row = upsert(files).values(sha256=digest, content=content, kept_at=now)
-        db.execute(row.on_conflict_do_update(index_elements=[files.c.sha256], set_={"kept_at": now}))
+    for row in rows:
+        statement = upsert(key.table).values({**row, stamp.name: now})
+        db.execute(statement.on_conflict_do_update(index_elements=[key], set_={stamp.name: now}))
+
+
+def _prune_kept(db: Connection, before: float) -> None:
+    """The files and the on-call ledger's rows no job wrote or noted since `before`."""
+    db.execute(delete(files).where(files.c.kept_at < before))
+    db.execute(delete(announced).where(announced.c.noted_at < before))
 
 
 def stored_error(error: str) -> str:
