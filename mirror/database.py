@@ -11,7 +11,7 @@ SQLAlchemy is imported only when an engine is made: a `mirror sync` with file lo
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -26,6 +26,15 @@ SESSION_KEEPALIVES = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,  # ms: data sent and not acknowledged
+}
+# The server's side of the same: a client whose node vanished (power, a partition) sends no FIN, and the server
+# keeps its session, with the target lock it holds and the job rows it locked, for its default 2 hours. Set on
+# each session (a SET, which PgBouncer in session mode passes on; a startup `options` it refuses)
+SERVER_KEEPALIVES = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "30000",  # ms; PostgreSQL 12 on
 }
 # sqlite3 errors worth a retry: a full disk ("database or disk is full") frees up once space is made; a file
 # that takes no writes ("attempt to write a readonly database": a volume remounted read-only after an I/O error)
@@ -77,7 +86,7 @@ def open_engine(url: str, *, pooled: bool = True) -> Engine:
     the server went silent fails within about 30 s rather than the kernel's 15 minutes, so the runner sees its
     lease at risk. A PostgreSQL server that does not answer costs at most CONNECT_SECONDS per connection
     (libpq's connect_timeout, unless the URL sets one)."""
-    from sqlalchemy import create_engine
+    from sqlalchemy import create_engine, event
     from sqlalchemy.engine import make_url
     from sqlalchemy.pool import NullPool
 
@@ -88,9 +97,27 @@ def open_engine(url: str, *, pooled: bool = True) -> Engine:
     timeout = {"connect_timeout": CONNECT_SECONDS} if libpq and "connect_timeout" not in parsed.query else {}
     keepalives = {k: v for k, v in SESSION_KEEPALIVES.items() if k not in parsed.query} if libpq else {}
     if not pooled:
-        return create_engine(url, poolclass=NullPool, connect_args=timeout | keepalives)
-    pool = {"pool_pre_ping": True, "pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
-    return create_engine(url, **pool, connect_args=timeout | keepalives)
+        engine = create_engine(url, poolclass=NullPool, connect_args=timeout | keepalives)
+    else:
+        pool = {"pool_pre_ping": True, "pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
+        engine = create_engine(url, **pool, connect_args=timeout | keepalives)
+    if parsed.get_backend_name() == "postgresql":
+        event.listen(engine, "connect", _server_keepalives)
+    return engine
+
+
+def _server_keepalives(connection: Any, _record: Any) -> None:
+    """The server's keepalives on a new session (`SERVER_KEEPALIVES`), committed: a rolled-back SET reverts."""
+    cursor = connection.cursor()
+    try:
+        cursor.execute("SELECT current_setting('server_version_num')::int")
+        version = cursor.fetchone()[0]
+        for name, value in SERVER_KEEPALIVES.items():
+            if name != "tcp_user_timeout" or version >= 120000:
+                cursor.execute("SELECT set_config(%s, %s, false)", (name, value))
+    finally:
+        cursor.close()
+    connection.commit()
 
 
 def unavailable(error: BaseException) -> bool:

@@ -340,6 +340,25 @@ def test_a_postgresql_session_carries_keepalives_so_a_silent_server_is_found_dea
         assert parameters.get(name) == str(value), (name, parameters)
 
 
+@pytest.mark.parametrize("pooled", [True, False], ids=["the job store's pool", "a target lock's session"])
+def test_the_server_keeps_a_session_whose_client_vanished_for_seconds_not_hours(
+    database_url: str, pooled: bool
+) -> None:
+    """A pod whose node lost power sends no FIN: the server kept its session, and the target lock it held, for
+    its default 7200 s of keepalive idle, every run for that target waiting out lock_timeout and failing. Read
+    from the server's own settings of the session."""
+    engine = database.open_engine(database_url, pooled=pooled)
+    try:
+        with engine.connect() as connection:
+            names = list(database.SERVER_KEEPALIVES)
+            shown = {name: connection.execute(text(f"SHOW {name}")).scalar() for name in names}
+            connection.commit()
+    finally:
+        engine.dispose()
+    assert shown == database.SERVER_KEEPALIVES  # the socket's own settings, as the server's show hooks read them
+    assert shown["tcp_keepalives_idle"] == "10"
+
+
 async def test_postgresql_disk_full_is_the_store_away_for_now(database_url: str) -> None:
     """SQLSTATE 53100 (disk_full), raised by the real server where a write needs space: a webhook is answered as
     when the database is down (503, Retry-After), not 500; writable() is false."""
