@@ -241,3 +241,14 @@ def test_a_refusal_that_is_not_a_missing_namespace_is_said_as_itself(
         assert "CreateNamespace" not in done.stderr and "would be created" not in done.stderr, done.stderr
     actions = [call["action"] for call in world.stop()["openapi_calls"]]
     assert "CreateNamespace" not in actions
+
+
+def test_an_enterprise_namespace_with_a_path_is_looked_up_by_its_namespace(tmp_path: Path, world: AliyunWorld) -> None:
+    """`namespace: hami-system/mirror` (the namespace, then the repositories' path, as the config allows on an
+    Enterprise instance) was looked up whole: "namespace hami-system/mirror does not exist", whatever was there."""
+    namespace = world.ready["namespace"]
+    path = config(world, tmp_path, namespace=f"{namespace}/mirror", credentials="access_key")
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=access_key(world))
+    looked_up = [call for call in world.stop()["openapi_calls"] if call["action"] == "GetNamespace"]
+    assert looked_up and {call["outcome"] for call in looked_up} == {"success"}, (looked_up, done.stderr)
+    assert "does not exist" not in done.stderr

@@ -37,26 +37,35 @@ async def prepare_namespaces(
             instance = await _instance(clients, target, jobs, login) or instance
         if instance is None:
             raise CredentialError(f"{target.registry}: no Enterprise instance id known; set aliyun.instance_id")
-        state = await ensure_namespace(login, instance, target.namespace, provision, dry_run)
+        namespace = acr_namespace(target)
+        state = await ensure_namespace(login, instance, namespace, provision, dry_run)
         progress.event(state.note)
         if not state.creates_on_push:
             names = repositories_at(settings, target, jobs)
-            for note in await ensure_repositories(login, instance, target.namespace, names, provision, dry_run):
+            for note in await ensure_repositories(login, instance, namespace, names, provision, dry_run):
                 progress.event(note)
 
 
+def acr_namespace(target: TargetSettings) -> str:
+    """The Enterprise namespace of the target's: its first part (`team/gpu`: `team`, the rest the repositories'
+    path), which the OpenAPI knows; the whole was looked up, and never found."""
+    return target.namespace.split("/", 1)[0]
+
+
 def repositories_at(settings: MirrorSettings, target: TargetSettings, jobs: list[ReleaseJob]) -> list[str]:
-    """The repositories (names within the target's namespace) the run pushes to at `target`: each image's, and
-    each chart's where charts are published there."""
+    """The repositories (names within the ACR namespace, a path of the target's namespace kept) the run pushes to
+    at `target`: each image's, and each chart's where charts are published there."""
+    within = f"{acr_namespace(target)}/"
     names = [
-        ref.repository.name.removeprefix(f"{target.namespace}/")
+        ref.repository.name.removeprefix(within)
         for release in jobs
         for image in release.images
         for ref in image.targets
         if ref.name == target.name
     ]
     if settings.chart is not None and settings.chart.publish:
-        names += [chart.archive.name for release in jobs for chart in release.charts if chart.archive is not None]
+        charts = [chart.archive.name for release in jobs for chart in release.charts if chart.archive is not None]
+        names += [f"{target.namespace}/{name}".removeprefix(within) for name in charts]
     return list(dict.fromkeys(names))
 
 
