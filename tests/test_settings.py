@@ -808,3 +808,14 @@ def test_values_that_set_global_image_registry_at_acr_are_refused(tmp_path: Path
                 tmp_path, yaml.safe_dump(VALID) + values.replace("registry-vpc.cn-beijing.aliyuncs.com", allowed)
             )
         )
+
+
+def test_two_targets_at_one_place_with_different_copies_are_refused(tmp_path: Path) -> None:
+    """Same registry and namespace, one copying linux/amd64 only: each run moved the tags to its own index and the
+    report called both verified. The same copy twice (values for two VPCs, say) stays allowed."""
+    hz = {"name": "hz", "registry": "registry.cn-hangzhou.aliyuncs.com", "namespace": "ns"}
+    amd64 = {**hz, "name": "hz-amd64", "platforms": ["linux/amd64"]}
+    with pytest.raises(ConfigError, match=r"hz and hz-amd64 push to registry.cn-hangzhou.aliyuncs.com/ns with a"):
+        load_settings(config_file(tmp_path, {**VALID, "targets": [hz, amd64]}))
+    again = {**hz, "name": "hz-again", "vpc_registry": "registry-vpc.cn-shanghai.aliyuncs.com"}
+    load_settings(config_file(tmp_path, {**VALID, "targets": [hz, again]}))

@@ -119,6 +119,23 @@ class MirrorSettings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _one_copy_per_place(self) -> Self:
+        """Two targets at one registry and namespace push to the same tags: with a different copy (platforms,
+        attestations, referrers) each run moved the tags to its own and reported both verified."""
+        seen: dict[tuple[str, str], TargetSettings] = {}
+        for target in self.targets:
+            place = (reference.api_host(target.registry), target.namespace)
+            other = seen.setdefault(place, target)
+            copy = ("platforms", "attestations", "referrers")
+            if any(getattr(other, field) != getattr(target, field) for field in copy):
+                raise ValueError(
+                    f"targets: {other.name} and {target.name} push to {target.registry}/{target.namespace} with a "
+                    "different copy (platforms, attestations, referrers): each run would move the other's tags; "
+                    "give them one copy, or a namespace each"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _global_registry_not_at_home(self) -> Self:
         """`global.imageRegistry` moves every image to one registry: on a registry nodes pull from as it is
         (old ACK guides set an ACR host), every image would read as already there, none copied, and pods would
