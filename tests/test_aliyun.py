@@ -252,3 +252,22 @@ def test_an_enterprise_namespace_with_a_path_is_looked_up_by_its_namespace(tmp_p
     looked_up = [call for call in world.stop()["openapi_calls"] if call["action"] == "GetNamespace"]
     assert looked_up and {call["outcome"] for call in looked_up} == {"success"}, (looked_up, done.stderr)
     assert "does not exist" not in done.stderr
+
+
+def test_an_enterprise_target_not_ready_leaves_the_other_targets_to_go_on(tmp_path: Path, world: AliyunWorld) -> None:
+    """A missing namespace at one Enterprise target (or its OpenAPI refusing, or out of reach) stopped the run
+    before any copy: the healthy target got no copy and no values either, every scheduled run."""
+    source = world.ready["source"]
+    path = config(world, tmp_path, namespace="mirror-new", credentials="access_key")
+    data = yaml.safe_load(path.read_text())
+    data["targets"].append({"name": "local", "registry": source["host"], "namespace": "mirrored"})
+    path.write_text(yaml.safe_dump(data))
+    done = mirror(world, tmp_path, "sync", "v2.10.0", "--config", str(path), env=access_key(world))
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    (image,) = report["images"]
+    assert [(t["target"], t["verified"]) for t in image["targets"]] == [("local", True)]
+    assert [v["target"] for v in report["values"]] == ["local"]
+    (error,) = report["errors"]
+    assert error.startswith("target hz: nothing copied there: ") and "namespace mirror-new" in error
+    assert (tmp_path / "out" / "local" / "hami-ack-values.yaml").is_file()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from mirror.engine.clients import Clients
 from mirror.engine.jobs import ReleaseJob
+from mirror.errors import MirrorError
 from mirror.progress import Progress
 from mirror.reference import api_host
 from mirror.registry import RegistryError
@@ -19,31 +20,49 @@ if TYPE_CHECKING:
 
 async def prepare_namespaces(
     settings: MirrorSettings, jobs: list[ReleaseJob], clients: Clients, dry_run: bool, progress: Progress
-) -> None:
+) -> dict[str, MirrorError]:
+    """Each target's namespace ready (those that need it), or why not, by target name: a target that is not
+    ready leaves the others to go on."""
     targets = {target.name: target for job in jobs for target in job.targets}
+    unready: dict[str, MirrorError] = {}
     for target in targets.values():
-        login_settings = settings.registry(target.registry).aliyun
-        if login_settings is None:
-            continue
-        from mirror.aliyun.login import AcrLogin  # only where a registry logs in with a RAM identity
-        from mirror.aliyun.provision import ensure_namespace, ensure_repositories
+        try:
+            await _prepare(settings, target, jobs, clients, dry_run, progress)
+        except MirrorError as exc:
+            unready[target.name] = exc
+    return unready
 
-        login = clients.login(target.registry)
-        assert isinstance(login, AcrLogin)
-        provision = login_settings.provision
-        instance = login_settings.instance_id
-        # with provision, a configured id is checked against the registry's own before anything is created on it
-        if instance is None or (provision and not dry_run):
-            instance = await _instance(clients, target, jobs, login) or instance
-        if instance is None:
-            raise CredentialError(f"{target.registry}: no Enterprise instance id known; set aliyun.instance_id")
-        namespace = acr_namespace(target)
-        state = await ensure_namespace(login, instance, namespace, provision, dry_run)
-        progress.event(state.note)
-        if not state.creates_on_push:
-            names = repositories_at(settings, target, jobs)
-            for note in await ensure_repositories(login, instance, namespace, names, provision, dry_run):
-                progress.event(note)
+
+async def _prepare(
+    settings: MirrorSettings,
+    target: TargetSettings,
+    jobs: list[ReleaseJob],
+    clients: Clients,
+    dry_run: bool,
+    progress: Progress,
+) -> None:
+    login_settings = settings.registry(target.registry).aliyun
+    if login_settings is None:
+        return
+    from mirror.aliyun.login import AcrLogin  # only where a registry logs in with a RAM identity
+    from mirror.aliyun.provision import ensure_namespace, ensure_repositories
+
+    login = clients.login(target.registry)
+    assert isinstance(login, AcrLogin)
+    provision = login_settings.provision
+    instance = login_settings.instance_id
+    # with provision, a configured id is checked against the registry's own before anything is created on it
+    if instance is None or (provision and not dry_run):
+        instance = await _instance(clients, target, jobs, login) or instance
+    if instance is None:
+        raise CredentialError(f"{target.registry}: no Enterprise instance id known; set aliyun.instance_id")
+    namespace = acr_namespace(target)
+    state = await ensure_namespace(login, instance, namespace, provision, dry_run)
+    progress.event(state.note)
+    if not state.creates_on_push:
+        names = repositories_at(settings, target, jobs)
+        for note in await ensure_repositories(login, instance, namespace, names, provision, dry_run):
+            progress.event(note)
 
 
 def acr_namespace(target: TargetSettings) -> str:

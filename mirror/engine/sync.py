@@ -326,12 +326,36 @@ async def sync(
             if waited:  # another run held a target meanwhile: the source's tags are asked anew
                 clients.forget_tags()
             shutdown.check()
-            await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
-            return await Syncer(settings, clients, options, progress, shutdown).run(jobs)
+            unready = await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
+            results = await Syncer(settings, clients, options, progress, shutdown).run(_ready(jobs, unready))
+            return _with_unready(results, unready)
     finally:
         if own:
             await clients.aclose()
         progress.close()
+
+
+def _ready(jobs: list[ReleaseJob], unready: dict[str, MirrorError]) -> list[ReleaseJob]:
+    """The jobs without the targets that are not ready; where none is, the first reason stops the run."""
+    if not unready:
+        return jobs
+    if not {target.name for job in jobs for target in job.targets} - set(unready):
+        raise next(iter(unready.values()))
+    return [
+        replace(
+            job,
+            targets=tuple(t for t in job.targets if t.name not in unready),
+            images=tuple(replace(i, targets=tuple(r for r in i.targets if r.name not in unready)) for i in job.images),
+        )
+        for job in jobs
+    ]
+
+
+def _with_unready(results: list[ReleaseResult], unready: dict[str, MirrorError]) -> list[ReleaseResult]:
+    """Each release's result, saying of each target that was not ready that nothing was copied there, and why."""
+    for result in results:
+        result.errors += [f"target {name}: nothing copied there: {why}" for name, why in unready.items()]
+    return results
 
 
 def warn_unmatched_rules(settings: MirrorSettings, jobs: list[ReleaseJob]) -> None:
