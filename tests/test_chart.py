@@ -566,3 +566,26 @@ def test_renderers_say_which_was_used(source: LocalRegistry) -> None:
     fallback = render_images(archive, {}, RenderRequest("hami", "kube-system", "1.32.0"), "values")
     assert fallback.renderer.startswith("values.yaml only")
     assert len(fallback.images) == 7  # every block, used or not
+
+
+def test_a_release_whose_chart_cannot_be_had_leaves_the_others_of_the_run_to_go_on(
+    tmp_path: Path,
+    source: LocalRegistry,
+    target: LocalRegistry,
+    repository: ChartRepository,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Discovery's `newest: 2`, and 2.9.0's index entry naming a digest its archive does not have (a .tgz
+    uploaded again): the whole run stopped, v2.10.0 neither copied nor given values, on every scheduled run."""
+    seed_chart_images(source)
+    index = Manifest.parse(manifest_bytes(source, "projecthami/hami", VERSION))
+    with_client(source, functools.partial(_tag, tag="v2.9.0", index=index))
+    repository.add("hami", "2.9.0", hami_chart(source.host, "2.9.0"), claimed_digest="0" * 64)
+    config = chart_config(tmp_path, source, target, {"repository": repository.url}, discovery={"newest": 2})
+    code, report, err = sync_json(config, capsys, "--discover")
+    assert code == 1, err
+    older, newest = report
+    assert older["version"] == "v2.9.0" and older["ok"] is False and older["images"] == []
+    assert "hami 2.9.0" in older["errors"][0] and "sha256" in older["errors"][0]
+    assert newest["version"] == VERSION and newest["ok"] is True and newest["values"]
+    assert manifest_digest(target, "mirrored/projecthami_hami", VERSION) == index.digest

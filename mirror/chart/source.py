@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -14,6 +15,7 @@ import httpx
 
 from mirror import fetch
 from mirror.chart.archive import MAX_FIELD_CHARS, ChartArchive, ChartError, open_chart
+from mirror.errors import MirrorError
 from mirror.oci import Manifest
 from mirror.reference import without_userinfo
 from mirror.registry import RegistryClient, RegistryError, RegistryUnreachable
@@ -169,25 +171,56 @@ async def fetch_charts(
     """The chart archive of each version (the repository's index read once, or taken from `indexes` where the
     run read it already), verified against its digest and opened safely. An OCI chart's manifest is taken from
     `known` where the tag's digest is there."""
-    raws: dict[str, bytes] = {}
+    charts = {}
+    for version, fetched in (await fetch_each_chart(location, versions, limits, source, known, indexes)).items():
+        if isinstance(fetched, MirrorError):
+            raise fetched
+        charts[version] = fetched
+    return charts
+
+
+async def fetch_each_chart(
+    location: ChartLocation,
+    versions: list[str],
+    limits: FetchLimits,
+    source: RegistryClient | None = None,
+    known: KnownManifests | None = None,
+    indexes: IndexMemo | None = None,
+) -> dict[str, ChartArchive | MirrorError]:
+    """`fetch_charts`, a version that cannot be had (not published, its bytes not what the index says, no
+    chart Helm takes) answered by why, the others by their archives; the index out of reach raises."""
+    raws: dict[str, bytes | MirrorError] = {}
     if location.is_oci:
         assert source is not None, "an OCI chart needs a registry client for its host"
         for version in versions:
             where = f"chart {location} {version}"
-            raws[version] = await _fetch_oci(source, location, version, limits, where, known)
+            raws[version] = await _or_why(_fetch_oci(source, location, version, limits, where, known))
     else:
         async with http_client(limits) as client:
             entries = await _index_entries(location, indexes, client, limits) if versions else []
             for version in versions:
-                raws[version] = await _fetch_classic(client, location, entries, version, limits)
-    charts = {}
-    for version, raw in raws.items():
-        where = f"chart {location} {version}"
+                raws[version] = await _or_why(_fetch_classic(client, location, entries, version, limits))
+    return {version: await _opened(location, version, raw) for version, raw in raws.items()}
+
+
+async def _or_why(fetching: Awaitable[bytes]) -> bytes | MirrorError:
+    try:
+        return await fetching
+    except (ChartError, fetch.FetchError, RegistryError, IntegrityError) as exc:  # this version's, not the source's
+        return exc
+
+
+async def _opened(location: ChartLocation, version: str, raw: bytes | MirrorError) -> ChartArchive | MirrorError:
+    if isinstance(raw, MirrorError):
+        return raw
+    where = f"chart {location} {version}"
+    try:
         archive = await asyncio.to_thread(open_chart, raw, where)
-        if archive.name != location.name or archive.version.removeprefix("v") != version.removeprefix("v"):
-            raise ChartError(f"{where}: the archive holds {archive.name} {archive.version}")
-        charts[version] = archive
-    return charts
+    except ChartError as exc:
+        return exc
+    if archive.name != location.name or archive.version.removeprefix("v") != version.removeprefix("v"):
+        return ChartError(f"{where}: the archive holds {archive.name} {archive.version}")
+    return archive
 
 
 async def _fetch_classic(

@@ -13,7 +13,7 @@ from mirror.chart.archive import ChartArchive, ChartError
 from mirror.chart.images import ImageBlock, image_blocks, tag_twin
 from mirror.chart.merge import without_nulls
 from mirror.chart.render import RenderRequest
-from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, published_versions
+from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, fetch_each_chart, published_versions
 from mirror.chart.tags import resolve_tags
 from mirror.engine.clients import Clients, retry_policy
 from mirror.engine.jobs import FetchedChart, InstallCharts, copied_as_named, install_spec, release_spec
@@ -46,7 +46,8 @@ def chart_client(location: ChartLocation, clients: Clients) -> RegistryClient | 
 
 
 async def fetch_install_charts(settings: MirrorSettings, versions: list[str], clients: Clients) -> InstallCharts:
-    """Every chart of the install, each read for its images (`FetchedChart`)."""
+    """Every chart of the install, each read for its images (`FetchedChart`). A release whose chart cannot be had
+    or read is in `failed` with why, the others fetched, unless none can be had (the first reason raised)."""
     if settings.chart is None:
         return InstallCharts()
     location = chart_location(settings)
@@ -54,15 +55,24 @@ async def fetch_install_charts(settings: MirrorSettings, versions: list[str], cl
     known = ManifestCache(settings.state_dir)  # an OCI chart's manifest, kept: its tag's HEAD tells if it moved
     client = chart_client(location, clients)
     versions_asked = [chart_version(v) for v in versions]
-    charts = await fetch_charts(location, versions_asked, limits, client, known, clients.chart_indexes)
-    release = {}
+    charts = await fetch_each_chart(location, versions_asked, limits, client, known, clients.chart_indexes)
+    release: dict[str, FetchedChart] = {}
+    failed: dict[str, MirrorError] = {}
     for v in versions:
-        release[v] = await read_chart(settings, release_spec(settings), charts[chart_version(v)], clients)
+        try:
+            archive = charts[chart_version(v)]
+            if isinstance(archive, MirrorError):
+                raise archive
+            release[v] = await read_chart(settings, release_spec(settings), archive, clients)
+        except (ChartError, MirrorError) as exc:  # this release's chart: the run's other releases go on
+            failed[v] = exc
+    if failed and not release:
+        raise next(iter(failed.values()))
     others = []
     for chart in settings.charts:
         fetched = await _fetch_other(chart, limits, clients, known)
         others.append(await read_chart(settings, install_spec(settings, chart), fetched, clients))
-    return InstallCharts(release, tuple(others))
+    return InstallCharts(release, tuple(others), failed)
 
 
 async def read_chart(

@@ -21,6 +21,7 @@ from mirror.chart.archive import ChartArchive
 from mirror.chart.images import ImageBlock
 from mirror.chart.merge import near_misses
 from mirror.chart.source import oci_tag
+from mirror.errors import MirrorError
 from mirror.naming import check_chart_apart, check_unique, flat_name
 from mirror.reference import Repository, api_host, without_userinfo
 from mirror.release import chart_version, normalise_version
@@ -129,6 +130,7 @@ class InstallCharts:
 
     release: Mapping[str, FetchedChart] = field(default_factory=dict)
     others: tuple[FetchedChart, ...] = ()
+    failed: Mapping[str, MirrorError] = field(default_factory=dict)  # a release whose chart could not be had: why
 
 
 @dataclass(frozen=True, slots=True)

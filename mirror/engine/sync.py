@@ -318,6 +318,8 @@ async def sync(
     clients = clients or Clients(settings)
     try:
         charts = await fetch_install_charts(settings, versions, clients)
+        asked, chartless = versions, [version for version in versions if version in charts.failed]
+        versions = [version for version in versions if version not in charts.failed]
         jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
         warn_unmatched_rules(settings, jobs)
         warn_unused_registries(settings, jobs)
@@ -328,7 +330,8 @@ async def sync(
             shutdown.check()
             unready = await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
             results = await Syncer(settings, clients, options, progress, shutdown).run(_ready(jobs, unready))
-            return _with_unready(results, unready)
+            failed = [ReleaseResult(v, options.dry_run, errors=[str(charts.failed[v])]) for v in chartless]
+            return sorted(_with_unready(results, unready) + failed, key=lambda r: asked.index(r.version))
     finally:
         if own:
             await clients.aclose()
