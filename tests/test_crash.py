@@ -552,3 +552,50 @@ async def _exists(target: LocalRegistry, repository: str, digest: str) -> bool:
         return await client.head_blob(repository, digest) is not None
     finally:
         await client.aclose()
+
+
+@contextmanager
+def silent_server() -> Iterator[tuple[str, list[object]]]:
+    """A listener that takes connections and never answers: a chart repository gone quiet."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[object] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/charts", held
+    finally:
+        listener.close()
+
+
+def test_sigterm_while_the_charts_are_fetched_ends_the_run_when_the_grace_does(tmp_path: Path) -> None:
+    """Before any upload (the chart's fetch, discovery, a namespace's look-up) the run went on retrying to its
+    deadline after the grace was over (117 s of a 120 s deadline here), to be killed by Kubernetes instead."""
+    source = start_registry(tmp_path / "source")
+    try:
+        with silent_server() as (url, held):
+            chart = {"repository": url, "renderer": "values"}
+            transfer = {"deadline": 120, "read_timeout": 60}
+            config = write_config(
+                tmp_path / "mirror.yaml", source, [source], chart=chart, transfer=transfer, shutdown_grace=1
+            )
+            process = spawn(config)
+            wait_for(lambda: len(held) > 0)  # the run is waiting on the chart repository
+            process.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            _, err = process.communicate(timeout=60)
+            seconds = time.monotonic() - started
+    finally:
+        source.stop()
+    assert process.returncode == 143, err
+    assert seconds < 30, seconds  # the grace (the config's, 1 s) and the report, not the deadline
+    assert "fetching the charts: abandoned at shutdown" in err and "Traceback" not in err

@@ -73,3 +73,26 @@ class Shutdown:
             if self.abandoned and task is not None and task.cancelling() == 0:
                 raise Interrupted(f"{what}: abandoned at shutdown") from None
             raise
+
+    @contextmanager
+    def interrupted_when_abandoned(self, what: str) -> Iterator[None]:
+        """The current task cancelled when the grace period ends, raised as Interrupted: for what runs before any
+        upload (a chart's fetch, discovery, a namespace's look-up), which would otherwise go on retrying to its
+        deadline, past the grace a pod is given before it is killed."""
+        task = asyncio.current_task()
+        assert task is not None
+        inside = [True]
+
+        def cancel() -> None:
+            if inside[0]:
+                task.cancel()
+
+        self.on_abandon(cancel)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if self.abandoned and task.uncancel() == 0:
+                raise Interrupted(f"{what}: abandoned at shutdown") from None
+            raise
+        finally:
+            inside[0] = False

@@ -27,7 +27,7 @@ from mirror.engine.outcomes import Copied, Failed, UpToDate
 from mirror.engine.plan import apply_policy
 from mirror.engine.policy import signable
 from mirror.engine.referrers import Found
-from mirror.engine.shutdown import STOPPING, Shutdown
+from mirror.engine.shutdown import STOPPING, Interrupted, Shutdown
 from mirror.engine.target import SyncOptions, TargetStages
 from mirror.engine.tree import known_tree
 from mirror.errors import MirrorError
@@ -317,7 +317,8 @@ async def sync(
     own = clients is None
     clients = clients or Clients(settings)
     try:
-        charts = await fetch_install_charts(settings, versions, clients)
+        with shutdown.interrupted_when_abandoned("fetching the charts"):
+            charts = await fetch_install_charts(settings, versions, clients)
         asked, chartless = versions, [version for version in versions if version in charts.failed]
         versions = [version for version in versions if version not in charts.failed]
         jobs = build_release_jobs(settings, versions, list(options.target_names) or None, charts)
@@ -328,7 +329,8 @@ async def sync(
             if waited:  # another run held a target meanwhile: the source's tags are asked anew
                 clients.forget_tags()
             shutdown.check()
-            unready = await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
+            with shutdown.interrupted_when_abandoned("preparing the targets' namespaces"):
+                unready = await prepare_namespaces(settings, jobs, clients, options.dry_run, progress)
             results = await Syncer(settings, clients, options, progress, shutdown).run(_ready(jobs, unready))
             failed = [ReleaseResult(v, options.dry_run, errors=[str(charts.failed[v])]) for v in chartless]
             return sorted(_with_unready(results, unready) + failed, key=lambda r: asked.index(r.version))
@@ -401,7 +403,10 @@ async def discover_and_sync(
     clients = clients or Clients(settings)
     try:
         try:
-            versions = await discover(settings, clients)
+            with (shutdown or Shutdown()).interrupted_when_abandoned("discovery"):
+                versions = await discover(settings, clients)
+        except Interrupted:
+            raise
         except MirrorError as exc:
             raise DiscoveryError(f"discovery failed: {exc}") from None
         progress.event(f"discovered {len(versions)} release(s): {', '.join(versions) or 'none'}")
