@@ -468,9 +468,9 @@ def test_a_release_whose_values_land_a_run_after_its_copies_is_announced_once(
 ) -> None:
     """The copies landed but the values could not be written (here the target's folder was a file; a SIGTERM,
     an evicted pod or a lost lock between the two alike): the channel heard FAILED, and the next run, writing the
-    values with nothing left to copy, said nothing: on-call never learned the release landed. With what was told
-    kept under state_dir, it is announced once; a state_dir that keeps nothing (a CronJob's emptyDir) stays as
-    before, announcing only what a run copies."""
+    values with nothing left to copy, said nothing: on-call never learned the release landed. The release is owed
+    an announcement (under state_dir), told by the run that writes its values, and again by the next one where
+    no channel heard it."""
     seed_release(source)
     with receiver("slack", "", token_of("slack")) as slack:
         notify = {"channels": channels(monkeypatch, tmp_path, {"slack": slack})}
@@ -480,11 +480,12 @@ def test_a_release_whose_values_land_a_run_after_its_copies_is_announced_once(
         discover = ["sync", "--discover", "--config", str(config)]
         assert main(discover) == 1  # copied and verified; the values not written
         (tmp_path / "out" / "t0").unlink()
-        assert main(discover) == 0  # nothing to copy; the values written
-        assert main(discover) == 0  # nothing new
-        shutil.rmtree(tmp_path / "state")  # an emptyDir: nothing remembered
+        monkeypatch.setenv("NOTIFY_SLACK_URL", slack.url.replace(slack.url.split("/")[2], "127.0.0.1:9"))
+        assert main(discover) == 0  # the values written; the channel down: nobody heard
+        monkeypatch.setenv("NOTIFY_SLACK_URL", slack.url)
         shutil.rmtree(tmp_path / "out")
-        assert main(discover) == 0
+        assert main(discover) == 0  # the values written again: told now
+        assert main(discover) == 0  # nothing new
         said = [message.text() for message in slack.received]
     assert len(said) == 2, said
     assert f"{VERSION} FAILED" in said[0]

@@ -264,20 +264,16 @@ async def test_a_jobs_files_are_kept_by_digest_while_a_job_writes_them_and_prune
     assert await store.file("x" * 64) is None
 
 
-async def test_the_on_call_ledger_tells_a_store_never_noted_from_one_that_noted_nothing(
+async def test_an_announcement_owed_is_settled_by_one_caller_and_pruned_when_old(
     store: JobStore, clock: FakeClock
 ) -> None:
-    """A run that delivered nothing still marks the ledger in use: the next run's values for a release it copied
-    are then news (`told` is a set), where a store never noted says nothing of what was told (None)."""
-    assert await store.told() is None
-    await store.note(set())
-    assert await store.told() == set()
-    clock.advance(DAY * 20)
-    await store.note({"v2.10.0 t0 hami"})
-    assert await store.told() == {"v2.10.0 t0 hami"}
-    clock.advance(DAY * 20)
-    await store.prune(keep_days=30, keep_jobs=1000)  # noted 20 days ago: kept; the mark too (noted with it)
-    assert await store.told() == {"v2.10.0 t0 hami"}
-    clock.advance(DAY * 20)
+    """Two replicas writing the same release's values at once: one of them announces it. An announcement owed for
+    keep_days that no run settled goes with the prune."""
+    await store.owe({"v2.10.0 t0", "v2.9.0 t0"})
+    first, second = await asyncio.gather(store.settle({"v2.10.0 t0"}), store.settle({"v2.10.0 t0"}))
+    assert sorted([first, second], key=len) == [set(), {"v2.10.0 t0"}]
+    assert await store.settle({"v2.10.0 t0"}) == set()
+    clock.advance(DAY * 40)
+    await store.owe({"v2.11.0 t0"})
     await store.prune(keep_days=30, keep_jobs=1000)
-    assert await store.told() is None
+    assert await store.settle({"v2.9.0 t0", "v2.11.0 t0"}) == {"v2.11.0 t0"}

@@ -1,5 +1,5 @@
-"""A run's news told to the on-call channels, with the ledger of what they were told (`ledger.py`): the one way
-the CLI and the service announce a run."""
+"""A run's news told to the on-call channels, with the ledger of releases owed an announcement (`ledger.py`): the
+one way the CLI and the service announce a run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from mirror.notify.events import Event, JobLinks, events_of
-from mirror.notify.ledger import Ledger, delivered
+from mirror.notify.ledger import Ledger, delivered, owed_by
 from mirror.notify.send import notify
 from mirror.report import ReleaseResult
 from mirror.settings import NotifySettings
@@ -23,23 +23,27 @@ async def announce(
     job: JobLinks | None = None,
     more: Sequence[Event] = (),
 ) -> None:
-    """Post the run's events (and `more`), then note what it delivered. A ledger out of reach (None, or its
-    database away) is one warning: the events are those of a run without one, and nothing is noted. Never
-    raises."""
-    told = None
+    """Post the run's events (and `more`): what the ledger owed and the run delivered announced too; what the run
+    copied and did not deliver left owed, and what was settled but no channel heard owed again. A ledger out of
+    reach (None, or its database away) is one warning: the events are those of a run without one. Never raises."""
+    settled: set[str] = set()
     try:
-        told = await ledger.told() if ledger is not None else None
+        settled = await ledger.settle(delivered(results)) if ledger is not None else set()
     except Exception as exc:
-        log.warning("on-call ledger not read (%s): only releases copied in this run are announced", why(exc))
+        log.warning("announcements owed not read (%s): only releases copied in this run are announced", why(exc))
         ledger = None
-    events = [*events_of(results, job, told), *more]
-    if events:
-        await notify(settings, events)
-    if ledger is not None:
-        try:
-            await ledger.note(delivered(results))
-        except Exception as exc:
-            log.warning("on-call ledger not written (%s): a later run may announce these releases again", why(exc))
+    events = [*events_of(results, job, settled), *more]
+    sent = await notify(settings, events) if events else []
+    if ledger is None:
+        return
+    owed = owed_by(results)
+    wanted = any("mirrored" in channel.events for channel in settings.channels)
+    if settled and wanted and not any(each.event == "mirrored" and each.error is None for each in sent):
+        owed |= settled  # nobody heard it: a later run's delivery tells it
+    try:
+        await ledger.owe(owed) if owed else None
+    except Exception as exc:
+        log.warning("announcements owed not kept (%s): a release may go unannounced", why(exc))
 
 
 def why(exc: BaseException) -> str:

@@ -100,33 +100,28 @@ def stopped(versions: list[str] | None, what: str, where: str, reason: str, page
     return Failed(", ".join(versions or []) or "discovery", (Failure(what, where, reason),), page)
 
 
-def events_of(results: list[ReleaseResult], job: JobLinks | None = None, told: set[str] | None = None) -> list[Event]:
+def events_of(results: list[ReleaseResult], job: JobLinks | None = None, owed: set[str] | None = None) -> list[Event]:
     """The run's events, releases in order, then its drift. `job` (the service's) gives each event the job's page,
-    and the values their downloads in place of paths on the service's disk. `told`: what the on-call ledger
-    remembers announcing (`mirror.notify.ledger`); values written for a release never told are announced as it
-    mirrored, though its images were copied in an earlier run. None: a release is announced only when its images
-    were copied in this run."""
+    and the values their downloads in place of paths on the service's disk. `owed`: releases and targets owed an
+    announcement (`mirror.notify.ledger`), announced as mirrored where the run wrote their values, though their
+    images were copied by an earlier run."""
     releases = [release for release in results if not release.dry_run]
     page = job.page if job else None
     events: list[Event] = []
     for release in releases:
-        events += _mirrored(release, job, told)
+        events += _mirrored(release, job, owed or set())
     return events + _failed(releases, page) + _drifted(releases, page)
 
 
-def _mirrored(release: ReleaseResult, job: JobLinks | None, told: set[str] | None) -> list[Event]:
+def _mirrored(release: ReleaseResult, job: JobLinks | None, owed: set[str]) -> list[Event]:
     copied: dict[str, list[tuple[str, int]]] = {}
     for image in release.images:
         for target in image.targets:
             if isinstance(target.outcome, Copied):
                 copied.setdefault(target.target, []).append((image.name, target.outcome.bytes_uploaded))
-    untold = {
-        v.target
-        for v in release.values
-        if told is not None and key(release.version, v.target, v.chart_name) not in told
-    }
+    settled = sorted({v.target for v in release.values if key(release.version, v.target) in owed})
     events: list[Event] = []
-    for name in dict.fromkeys([*copied, *sorted(untold)]):
+    for name in dict.fromkeys([*copied, *settled]):
         written = [v for v in release.values if v.target == name]
         if not written:
             continue  # copied but not delivered: the failure says why

@@ -204,7 +204,7 @@ class JobRunner:
             if shutdown.stopping and failures and not error:
                 stopped = SHUTTING_DOWN
             if stopped is not None:  # cut short: this replica or another finishes it
-                await self._give_back(job["id"], stopped)
+                await self._give_back(job["id"], stopped, results)
                 return
             ok = not failures and not error
             error = clip(error or "; ".join(failures), MAX_ERROR_CHARS) if error or failures else None
@@ -240,9 +240,21 @@ class JobRunner:
                 return await discover_and_sync(self.settings, options, Progress(), shutdown, clients)
             return await sync(self.settings, job["versions"], options, Progress(), shutdown, clients)
 
-    async def _give_back(self, job_id: str, why: str) -> None:
-        """An unfinished job back to the queue. Cut by a shutdown, its attempt is given back too; cut by a target
-        lock (lost, waited for too long, its database away), it counts (`_given_back_why` fails it on its last)."""
+    async def _owe(self, results: list[ReleaseResult]) -> None:
+        """A cut job's copies whose values it did not write: owed an announcement by whichever job writes them."""
+        from mirror.notify.ledger import owed_by
+
+        if self.settings.notify.channels and (owed := owed_by(results)):
+            try:
+                await self.store.owe(owed)
+            except Exception as exc:
+                log.warning("announcements owed not kept (%s): a release may go unannounced", clip(str(exc)))
+
+    async def _give_back(self, job_id: str, why: str, results: list[ReleaseResult] | None = None) -> None:
+        """An unfinished job back to the queue (what it copied and did not deliver owed an announcement). Cut by a
+        shutdown, its attempt is given back too; cut by a target lock (lost, waited for too long, its database
+        away), it counts (`_given_back_why` fails it on its last)."""
+        await self._owe(results or [])
         try:
             left = await self.store.release(job_id, self.owner, why, refund=why == SHUTTING_DOWN)
             if left == QUEUED:

@@ -143,11 +143,11 @@ files = Table(
     Column("content", LargeBinary, nullable=False),
     Column("kept_at", Float, nullable=False, index=True),
 )
-# What the on-call channel was told landed (`mirror.notify.ledger`): one row per release, target and chart, so
-# replicas announce each once between them; a row no job noted for `keep_jobs_days` goes with the prune.
-IN_USE = ""  # the ledger's key saying it is kept, though a run delivered nothing yet
-announced = Table(
-    "announced",
+# Releases owed an announcement to the on-call channel (`mirror.notify.ledger`): one row per release and target
+# whose images a run copied and whose values it did not write, so the pod that writes them announces the release
+# whatever pod copied it; a row no job noted for `keep_jobs_days` goes with the prune.
+owed = Table(
+    "owed_announcements",
     metadata,
     Column("key", String(400), primary_key=True),
     Column("noted_at", Float, nullable=False, index=True),
@@ -293,14 +293,15 @@ class JobStore:
         found = await self._run(lambda db: db.execute(select(files.c.content).where(files.c.sha256 == sha256)).first())
         return bytes(found.content) if found is not None else None
 
-    async def told(self) -> set[str] | None:
-        """The on-call ledger's keys (`mirror.notify.ledger`); None while nothing was ever noted."""
-        keys = await self._run(lambda db: set(db.execute(select(announced.c.key)).scalars()))
-        return keys - {IN_USE} if keys else None
+    async def owe(self, keys: set[str]) -> None:
+        """Releases owed an announcement (`mirror.notify.ledger`)."""
+        rows = [{"key": each} for each in keys]
+        await self._run(lambda db: _touch(db, owed.c.key, owed.c.noted_at, rows, self._now(db)))
 
-    async def note(self, keys: set[str]) -> None:
-        rows = [{"key": each} for each in {IN_USE, *keys}]  # noted, if only that it is in use
-        await self._run(lambda db: _touch(db, announced.c.key, announced.c.noted_at, rows, self._now(db)))
+    async def settle(self, keys: set[str]) -> set[str]:
+        """Of `keys`, those that were owed, deleted: two replicas settling at once get each key once."""
+        settling = delete(owed).where(owed.c.key.in_(sorted(keys))).returning(owed.c.key)
+        return await self._run(lambda db: set(db.execute(settling).scalars())) if keys else set()
 
     async def get(self, job_id: str) -> dict[str, Any] | None:
         row = await self._run(lambda db: db.execute(select(jobs).where(jobs.c.id == job_id)).first())
@@ -507,9 +508,9 @@ def _touch(db: Connection, key: Column[Any], stamp: Column[Any], rows: list[dict
 
 
 def _prune_kept(db: Connection, before: float) -> None:
-    """The files and the on-call ledger's rows no job wrote or noted since `before`."""
+    """The files and the announcements owed that no job wrote or noted since `before`."""
     db.execute(delete(files).where(files.c.kept_at < before))
-    db.execute(delete(announced).where(announced.c.noted_at < before))
+    db.execute(delete(owed).where(owed.c.noted_at < before))
 
 
 def stored_error(error: str) -> str:
