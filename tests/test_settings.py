@@ -819,3 +819,6 @@ def test_two_targets_at_one_place_with_different_copies_are_refused(tmp_path: Pa
         load_settings(config_file(tmp_path, {**VALID, "targets": [hz, amd64]}))
     again = {**hz, "name": "hz-again", "vpc_registry": "registry-vpc.cn-shanghai.aliyuncs.com"}
     load_settings(config_file(tmp_path, {**VALID, "targets": [hz, again]}))
+    both = {**hz, "platforms": ["linux/amd64", "linux/arm64"]}
+    reversed_ = {**both, "name": "hz-reversed", "platforms": ["linux/arm64", "linux/amd64"]}  # one copy
+    load_settings(config_file(tmp_path, {**VALID, "targets": [both, reversed_]}))

@@ -593,4 +593,7 @@ def test_a_misspelt_source_repository_says_it_may_not_exist(world: World, capsys
     config = world.config({"username": USER, "password": PASSWORD}, images=images)
     code, output = run_cli(["sync", VERSION, "--config", str(config)], capsys)
     assert code == 1
-    assert "projecthamii/hami" in output and "the repository may not exist (check its name)" in output
+    assert (
+        "projecthamii/hami" in output
+        and "the repository may not exist (check its name), or pulling it needs a login (no credentials" in output
+    )

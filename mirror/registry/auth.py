@@ -293,7 +293,7 @@ class RegistryAuth(httpx.Auth):
         code, message = ("", "still unauthorized after authenticating")
         if response is not None:
             code, message = parse_error_body(await read_limited(response, MAX_ERROR_BODY, truncate=True))
-        message = _refused(request, message or "unauthorized") + self._whose(401)
+        message = _refused(request, message or "unauthorized", self._credentials is not None) + self._whose(401)
         raise AuthError(self.host, repository_of(request) or "", 401, code, message)
 
     def _whose(self, status: int) -> str:
@@ -310,12 +310,14 @@ class RegistryAuth(httpx.Auth):
         return f" (credentials from {credentials.origin})" if credentials.origin else ""
 
 
-def _refused(request: httpx.Request, message: str) -> str:
+def _refused(request: httpx.Request, message: str, logged_in: bool) -> str:
     """A refusal's words; for a pull, what else it may mean: Docker Hub refuses a missing repository so, as a
     private one (its token server grants nothing, the registry answers 401, not 404)."""
-    if request.method in ("GET", "HEAD"):
-        return f"{message}; the repository may not exist (check its name), or pulling it needs a login"
-    return message
+    if request.method not in ("GET", "HEAD"):
+        return message
+    if logged_in:
+        return f"{message}; the repository may not exist (check its name), or these credentials may not pull it"
+    return f"{message}; the repository may not exist (check its name), or pulling it needs a login"
 
 
 def _refusal(status: int) -> bool:

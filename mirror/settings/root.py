@@ -126,8 +126,7 @@ class MirrorSettings(BaseSettings):
         for target in self.targets:
             place = (reference.api_host(target.registry), target.namespace)
             other = seen.setdefault(place, target)
-            copy = ("platforms", "attestations", "referrers")
-            if any(getattr(other, field) != getattr(target, field) for field in copy):
+            if _copy_of(other) != _copy_of(target):
                 raise ValueError(
                     f"targets: {other.name} and {target.name} push to {target.registry}/{target.namespace} with a "
                     "different copy (platforms, attestations, referrers): each run would move the other's tags; "
@@ -168,6 +167,12 @@ class MirrorSettings(BaseSettings):
                 return target
         known = ", ".join(t.name for t in self.targets)
         raise ConfigError(f"--target {shown(name)}: no such target (configured: {known})")
+
+
+def _copy_of(target: TargetSettings) -> tuple[object, ...]:
+    """What a target's copy is made of: its platforms (in any order), attestations and referrers."""
+    platforms = sorted(target.platforms) if target.platforms is not None else None
+    return platforms, target.attestations, target.referrers
 
 
 def _matches(registry: str, patterns: list[str]) -> bool:
