@@ -122,8 +122,8 @@ class JobRunner:
         except TimeoutError:  # a job that reaches no safe point (waiting on a lock, a render): cut, given back
             self._task.cancel()
             await asyncio.wait({self._task}, timeout=RELEASE_SECONDS)
-        if self._announcing:  # each is bounded by notify.deadline
-            await asyncio.wait(self._announcing, timeout=self.settings.notify.deadline)
+        if self._announcing:  # each is bounded by notify.deadline, and the ledger's two writes around it
+            await asyncio.wait(self._announcing, timeout=self.settings.notify.deadline + RELEASE_SECONDS)
 
     async def _loop(self) -> None:
         log.info("job runner %s: leases of %.0f s", self.owner, self.lease)
