@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mirror.chart.archive import ChartArchive, ChartError
-from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, published_versions
+from mirror.chart.source import ChartLocation, FetchLimits, every_chart, fetch_each_chart, published_versions
 from mirror.demo.ports import free_port
 from mirror.demo.samplechart import ChartRepository, hami_chart
 from mirror.demo.serving import serve
@@ -58,7 +58,7 @@ def with_login(host: str, path: str = "/charts", token: str = TOKEN) -> str:
 
 
 def charts_of(location: ChartLocation, version: str) -> dict[str, ChartArchive]:
-    return asyncio.run(fetch_charts(location, [version], LIMITS))
+    return every_chart(asyncio.run(fetch_each_chart(location, [version], LIMITS)))
 
 
 def test_the_login_in_the_url_is_sent() -> None:

@@ -23,7 +23,7 @@ import yaml
 
 from mirror.chart.archive import ChartArchive, ChartError, open_chart
 from mirror.chart.publish import publish_chart
-from mirror.chart.source import ChartLocation, FetchLimits, _download_url, fetch_charts
+from mirror.chart.source import ChartLocation, FetchLimits, _download_url, every_chart, fetch_each_chart
 from mirror.demo.localregistry import LocalRegistry
 from mirror.demo.samplechart import chart_files, hami_chart, package
 from mirror.demo.serving import serve
@@ -130,7 +130,7 @@ def index_yaml(*entries: tuple[str, str, bytes]) -> bytes:
 
 
 def fetched(location: ChartLocation, *versions: str) -> dict[str, ChartArchive]:
-    return asyncio.run(fetch_charts(location, list(versions), LIMITS))
+    return every_chart(asyncio.run(fetch_each_chart(location, list(versions), LIMITS)))
 
 
 def test_a_chart_versioned_with_a_v_is_the_releases_chart() -> None:

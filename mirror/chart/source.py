@@ -160,22 +160,13 @@ class KnownManifests(Protocol):
     def put(self, manifest: Manifest) -> None: ...
 
 
-async def fetch_charts(
-    location: ChartLocation,
-    versions: list[str],
-    limits: FetchLimits,
-    source: RegistryClient | None = None,
-    known: KnownManifests | None = None,
-    indexes: IndexMemo | None = None,
-) -> dict[str, ChartArchive]:
-    """The chart archive of each version (the repository's index read once, or taken from `indexes` where the
-    run read it already), verified against its digest and opened safely. An OCI chart's manifest is taken from
-    `known` where the tag's digest is there."""
+def every_chart(fetched: dict[str, ChartArchive | MirrorError]) -> dict[str, ChartArchive]:
+    """`fetch_each_chart`'s answer where every version must be had: the first that could not raises."""
     charts = {}
-    for version, fetched in (await fetch_each_chart(location, versions, limits, source, known, indexes)).items():
-        if isinstance(fetched, MirrorError):
-            raise fetched
-        charts[version] = fetched
+    for version, archive in fetched.items():
+        if isinstance(archive, MirrorError):
+            raise archive
+        charts[version] = archive
     return charts
 
 
@@ -187,8 +178,11 @@ async def fetch_each_chart(
     known: KnownManifests | None = None,
     indexes: IndexMemo | None = None,
 ) -> dict[str, ChartArchive | MirrorError]:
-    """`fetch_charts`, a version that cannot be had (not published, its bytes not what the index says, no
-    chart Helm takes) answered by why, the others by their archives; the index out of reach raises."""
+    """The chart archive of each version (the repository's index read once, or taken from `indexes` where the
+    run read it already), verified against its digest and opened safely; an OCI chart's manifest taken from
+    `known` where the tag's digest is there. A version that cannot be had (not published, its bytes not what the
+    index says, no chart Helm takes) is answered by why; the index out of reach raises (`every_chart`: the
+    first why raised too)."""
     raws: dict[str, bytes | MirrorError] = {}
     if location.is_oci:
         assert source is not None, "an OCI chart needs a registry client for its host"

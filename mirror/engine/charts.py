@@ -13,7 +13,7 @@ from mirror.chart.archive import ChartArchive, ChartError
 from mirror.chart.images import ImageBlock, image_blocks, tag_twin
 from mirror.chart.merge import without_nulls
 from mirror.chart.render import RenderRequest
-from mirror.chart.source import ChartLocation, FetchLimits, fetch_charts, fetch_each_chart, published_versions
+from mirror.chart.source import ChartLocation, FetchLimits, every_chart, fetch_each_chart, published_versions
 from mirror.chart.tags import resolve_tags
 from mirror.engine.clients import Clients, retry_policy
 from mirror.engine.jobs import FetchedChart, InstallCharts, copied_as_named, install_spec, release_spec
@@ -157,7 +157,8 @@ async def _fetch_other(
     version = chart.version
     if version == NEWEST:
         version = newest(await published_versions(location, limits, client, clients.chart_indexes), str(location))
-    return (await fetch_charts(location, [version], limits, client, known, clients.chart_indexes))[version]
+    fetched = await fetch_each_chart(location, [version], limits, client, known, clients.chart_indexes)
+    return every_chart(fetched)[version]
 
 
 def newest(versions: list[str], where: str) -> str:
