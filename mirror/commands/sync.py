@@ -104,9 +104,10 @@ def _on_ctrl_c(loop: asyncio.AbstractEventLoop, shutdown: Shutdown, grace: float
 
 def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None:
     """The run's news to the notify channels, after its report: a receiver that is down or slow costs at most
-    `notify.deadline` seconds and never changes the exit code. What was told is remembered in the job store where
-    there is a database (shared with the service), else under `state_dir` (`mirror.notify.ledger`)."""
-    from mirror.notify.announce import announce, why
+    `notify.deadline` seconds and never changes the exit code. What is owed an announcement is kept in the job
+    store where there is a database (shared with the service), else under `state_dir` (`mirror.notify.ledger`)."""
+    from mirror.database import driver_reason
+    from mirror.notify.announce import announce
     from mirror.notify.ledger import FileLedger
 
     if settings.database_url is None:
@@ -117,7 +118,7 @@ def tell_on_call(settings: MirrorSettings, results: list[ReleaseResult]) -> None
     try:
         store = JobStore(settings.database_url)
     except Exception as exc:  # the database is away: told as without a ledger
-        logging.getLogger("mirror").warning("on-call ledger not opened (%s)", why(exc))
+        logging.getLogger("mirror").warning("on-call ledger not opened (%s)", driver_reason(exc))
         asyncio.run(announce(settings.notify, None, results))
         return
     try:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from mirror.database import driver_reason
 from mirror.notify.events import Event, JobLinks, events_of
 from mirror.notify.ledger import Ledger, delivered, owed_by
 from mirror.notify.send import notify
 from mirror.report import ReleaseResult
 from mirror.settings import NotifySettings
-from mirror.untrusted import clip
 
 log = logging.getLogger("mirror")
 
@@ -30,7 +30,8 @@ async def announce(
     try:
         settled = await ledger.settle(delivered(results)) if ledger is not None else set()
     except Exception as exc:
-        log.warning("announcements owed not read (%s): only releases copied in this run are announced", why(exc))
+        reason = driver_reason(exc)
+        log.warning("announcements owed not read (%s): only releases copied in this run are announced", reason)
         ledger = None
     events = [*events_of(results, job, settled), *more]
     sent = await notify(settings, events) if events else []
@@ -40,13 +41,12 @@ async def announce(
     wanted = any("mirrored" in channel.events for channel in settings.channels)
     if settled and wanted and not any(each.event == "mirrored" and each.error is None for each in sent):
         owed |= settled  # nobody heard it: a later run's delivery tells it
+    await note_owed(ledger, owed)
+
+
+async def note_owed(ledger: Ledger, owed: set[str]) -> None:
+    """`owed` kept in the ledger; a ledger out of reach is one warning."""
     try:
         await ledger.owe(owed) if owed else None
     except Exception as exc:
-        log.warning("announcements owed not kept (%s): a release may go unannounced", why(exc))
-
-
-def why(exc: BaseException) -> str:
-    """An error's first line: a database's carries the driver's words, the lines after it the statement."""
-    first = str(exc).splitlines()[0] if str(exc) else ""
-    return clip(f"{type(exc).__name__}: {first}", 200)
+        log.warning("announcements owed not kept (%s): a release may go unannounced", driver_reason(exc))

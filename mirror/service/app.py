@@ -242,6 +242,20 @@ def _one_of(value: str | None, name: str, allowed: tuple[str, ...]) -> str | Non
     return value
 
 
+def _written(
+    job: dict[str, Any], target: str, version: str | None, pick: Callable[[dict[str, Any]], T | None]
+) -> dict[str, T]:
+    """What `pick` takes from each values entry the job wrote for `target`, by release (the first of each; only
+    `version`'s where one is named)."""
+    found: dict[str, T] = {}
+    for release in job["result"] or []:
+        for values in release.get("values", []):
+            taken = pick(values) if values["target"] == target else None
+            if taken is not None and version in (None, str(release.get("version"))):
+                found.setdefault(str(release.get("version")), taken)
+    return found
+
+
 @authorised
 async def job_values(request: Request) -> Response:
     """A values file this job wrote for the target, from the job's own record: the chart's named in the path, else
@@ -251,18 +265,17 @@ async def job_values(request: Request) -> Response:
     if job is None:
         return error(404, "no such job")
     chart, version = request.path_params.get("chart"), request.query_params.get("version")
-    found: dict[str, str] = {}
-    for release in job["result"] or []:
-        for values in release.get("values", []):
-            wanted = chart is None or values.get("chart_name", "hami") == chart
-            if values["target"] == request.path_params["target"] and wanted and values.get("content"):
-                found.setdefault(str(release.get("version")), values["content"])
-    if version is not None:
-        found = {v: content for v, content in found.items() if v == version}
+
+    def content(values: dict[str, Any]) -> str | None:
+        if chart not in (None, values.get("chart_name", "hami")):
+            return None
+        return values.get("content") or None
+
+    found = _written(job, request.path_params["target"], version, content)
     if len(found) > 1:
         return error(400, f"this job wrote such a file for {', '.join(found)}: name one with ?version=")
-    for content in found.values():
-        return PlainTextResponse(content, media_type="application/yaml")
+    for text in found.values():
+        return PlainTextResponse(text, media_type="application/yaml")
     return error(404, "no values file for that target, chart and version in this job")
 
 
@@ -273,18 +286,12 @@ async def job_file(request: Request) -> Response:
     job = await find_job(request)
     if job is None:
         return error(404, "no such job")
-    target, name, version = (
-        request.path_params["target"],
-        request.path_params["name"],
-        request.query_params.get("version"),
-    )
-    found = {
-        str(release.get("version")): each["sha256"]
-        for release in job["result"] or []
-        for values in release.get("values", [])
-        for each in values.get("files", [])
-        if values["target"] == target and each["name"] == name and version in (None, str(release.get("version")))
-    }
+    name = request.path_params["name"]
+
+    def sha256(values: dict[str, Any]) -> str | None:
+        return next((each["sha256"] for each in values.get("files", []) if each["name"] == name), None)
+
+    found = _written(job, request.path_params["target"], request.query_params.get("version"), sha256)
     if len(set(found.values())) > 1:
         return error(400, f"this job wrote {name} for {', '.join(found)}: name one with ?version=")
     if not found:

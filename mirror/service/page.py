@@ -323,13 +323,16 @@ def job_url(job_id: str) -> str:
 
 def values_url(job_id: str, version: str, target: str, chart: str) -> str:
     """Where the job API serves one values file; the version names the release (a discovery job has several)."""
-    path = "/".join(quote(part, safe="") for part in (job_id, "values", target, chart))
-    return f"/jobs/{path}?version={quote(version, safe='')}"
+    return _job_url(job_id, "values", target, chart, version)
 
 
 def file_url(job_id: str, version: str, target: str, name: str) -> str:
     """Where the job API serves a file written beside the values (the RBAC file, a chart's .tgz)."""
-    path = "/".join(quote(part, safe="") for part in (job_id, "files", target, name))
+    return _job_url(job_id, "files", target, name, version)
+
+
+def _job_url(job_id: str, kind: str, target: str, name: str, version: str) -> str:
+    path = "/".join(quote(part, safe="") for part in (job_id, kind, target, name))
     return f"/jobs/{path}?version={quote(version, safe='')}"
 
 

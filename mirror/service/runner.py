@@ -242,13 +242,11 @@ class JobRunner:
 
     async def _owe(self, results: list[ReleaseResult]) -> None:
         """A cut job's copies whose values it did not write: owed an announcement by whichever job writes them."""
+        from mirror.notify.announce import note_owed
         from mirror.notify.ledger import owed_by
 
-        if self.settings.notify.channels and (owed := owed_by(results)):
-            try:
-                await self.store.owe(owed)
-            except Exception as exc:
-                log.warning("announcements owed not kept (%s): a release may go unannounced", clip(str(exc)))
+        if self.settings.notify.channels:
+            await note_owed(self.store, owed_by(results))
 
     async def _give_back(self, job_id: str, why: str, results: list[ReleaseResult] | None = None) -> None:
         """An unfinished job back to the queue (what it copied and did not deliver owed an announcement). Cut by a
@@ -276,8 +274,8 @@ class JobRunner:
 
     def _announce(self, job: dict[str, Any], results: list[ReleaseResult], error: str | None) -> None:
         """The job's news to the notify channels, in the background: sent once per job, by the replica that
-        recorded its outcome, and never holding up the next job; what it delivered noted in the store's on-call
-        ledger, shared by the replicas."""
+        recorded its outcome, and never holding up the next job; what it owes an announcement, or settles, in the
+        store's ledger (`mirror.notify.ledger`), shared by the replicas."""
         if not self.settings.notify.channels:
             return
         from mirror.notify.announce import announce
