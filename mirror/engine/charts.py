@@ -58,13 +58,14 @@ async def fetch_install_charts(settings: MirrorSettings, versions: list[str], cl
     charts = await fetch_each_chart(location, versions_asked, limits, client, known, clients.chart_indexes)
     release: dict[str, FetchedChart] = {}
     failed: dict[str, MirrorError] = {}
-    for v in versions:
+    for v in versions:  # a release whose chart cannot be had or read fails alone: the run's others go on
+        archive = charts[chart_version(v)]
+        if isinstance(archive, MirrorError):
+            failed[v] = archive
+            continue
         try:
-            archive = charts[chart_version(v)]
-            if isinstance(archive, MirrorError):
-                raise archive
             release[v] = await read_chart(settings, release_spec(settings), archive, clients)
-        except (ChartError, MirrorError) as exc:  # this release's chart: the run's other releases go on
+        except MirrorError as exc:
             failed[v] = exc
     if failed and not release:
         raise next(iter(failed.values()))

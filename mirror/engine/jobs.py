@@ -10,7 +10,6 @@ images become the same `ImageJob`: the copy code does not know where its list ca
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -23,10 +22,9 @@ from mirror.chart.merge import near_misses
 from mirror.chart.source import oci_tag
 from mirror.errors import MirrorError
 from mirror.naming import check_chart_apart, check_unique, flat_name
-from mirror.reference import Repository, api_host, without_userinfo
+from mirror.reference import Repository, without_userinfo
 from mirror.release import chart_version, normalise_version
 from mirror.settings import (
-    ACR_REGISTRIES,
     ImageSettings,
     InstallChartSettings,
     MirrorSettings,
@@ -271,7 +269,7 @@ def _release_chart_job(
             use = replace(block, registry=source.registry, repository=source.name, tag=tag)
             uses.append(ImageUse(use, _index(copies, pinned) if pinned else copy, _tag_to_write(own, tag)))
     covered = {use.block.key for use in uses}
-    unmirrored = tuple(b for b in blocks if b.key not in covered and not _allowed(settings, b.registry))
+    unmirrored = tuple(b for b in blocks if b.key not in covered and not settings.pulled_as_is(b.registry))
     return ChartJob(spec, chart_version(version), archive, tuple(uses), unmirrored)
 
 
@@ -333,7 +331,7 @@ def _chart_job(
     unmirrored: list[ImageBlock] = []
     for block in blocks:
         if not copied_as_named(settings, spec, block):
-            if block.in_list and _in_the_install(spec, block) and not _allowed(settings, block.registry):
+            if block.in_list and _in_the_install(spec, block) and not settings.pulled_as_is(block.registry):
                 unmirrored.append(block)
             continue
         name = flat_name(block.source, settings.source.registry)
@@ -383,13 +381,8 @@ def copied_as_named(settings: MirrorSettings, spec: ChartSpec, block: ImageBlock
     if not _in_the_install(spec, block) or block.in_list:
         return False
     mirror_allowed = settings.chart is not None and settings.chart.mirror_acr_images
-    return mirror_allowed or not _allowed(settings, block.registry)
+    return mirror_allowed or not settings.pulled_as_is(block.registry)
 
 
 def _in_the_install(spec: ChartSpec, block: ImageBlock) -> bool:
     return block.enabled or spec.subcharts != "enabled"
-
-
-def _allowed(settings: MirrorSettings, registry: str) -> bool:
-    patterns = settings.chart.allowed_registries if settings.chart else ACR_REGISTRIES
-    return any(fnmatch.fnmatch(api_host(registry), pattern) for pattern in patterns)

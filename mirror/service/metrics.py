@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from mirror.engine.blobs import BlobOutcome
 from mirror.engine.outcomes import Drift
+from mirror.reference import parse
 from mirror.report import ReleaseResult, TargetResult
 
 RESULTS = ("succeeded", "failed")
@@ -150,8 +151,8 @@ class Metrics:
 
 
 def target_tag(target: TargetResult) -> str:
-    """The tag of a target's reference (`repository:tag`; a tag holds no colon, a registry's port comes before)."""
-    return target.reference.rpartition(":")[2]
+    """The tag of a target's reference, as `reference.parse` reads it."""
+    return parse(target.reference).identifier
 
 
 class StoreSuccess:

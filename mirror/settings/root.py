@@ -139,19 +139,23 @@ class MirrorSettings(BaseSettings):
         """`global.imageRegistry` moves every image to one registry: on a registry nodes pull from as it is
         (old ACK guides set an ACR host), every image would read as already there, none copied, and pods would
         pull paths never pushed. Elsewhere it names where the images come from, and the values clear it."""
-        allowed = self.chart.allowed_registries if self.chart else list(ACR_REGISTRIES)
         for where, values in [("values.extra", self.values.extra)] + [
             (f"charts.{i}.values", chart.values) for i, chart in enumerate(self.charts)
         ]:
             found = values.get("global")
             registry = found.get("imageRegistry") if isinstance(found, dict) else None
-            if isinstance(registry, str) and registry and _matches(registry, allowed):
+            if isinstance(registry, str) and registry and self.pulled_as_is(registry.split("/", 1)[0]):
                 raise ValueError(
                     f"{where}: global.imageRegistry {shown(registry)} is a registry nodes pull from as it is "
                     "(chart.allowed_registries): every image would read as already there and none be copied; "
                     "leave it out: mirror points each image at its target in the values it writes"
                 )
         return self
+
+    def pulled_as_is(self, registry: str) -> bool:
+        """Whether nodes pull from `registry` as it is (`chart.allowed_registries`, else ACR's hosts)."""
+        patterns = self.chart.allowed_registries if self.chart else ACR_REGISTRIES
+        return any(fnmatch.fnmatch(reference.api_host(registry), pattern) for pattern in patterns)
 
     def registry(self, host: str) -> RegistrySettings:
         """Per-host settings, matched on the host as configured or as its API host (docker.io aliases)."""
@@ -173,11 +177,6 @@ def _copy_of(target: TargetSettings) -> tuple[object, ...]:
     """What a target's copy is made of: its platforms (in any order), attestations and referrers."""
     platforms = sorted(target.platforms) if target.platforms is not None else None
     return platforms, target.attestations, target.referrers
-
-
-def _matches(registry: str, patterns: list[str]) -> bool:
-    host = reference.api_host(registry.split("/", 1)[0])
-    return any(fnmatch.fnmatch(host, pattern) for pattern in patterns)
 
 
 def check_cron(expression: str) -> None:
