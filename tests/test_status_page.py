@@ -404,6 +404,37 @@ def test_the_page_shows_each_values_files_render_proof(
     assert manifest_digest(target, "mirrored/projecthami_hami", VERSION) is not None
 
 
+def test_the_page_links_the_files_written_beside_the_values_and_the_browser_downloads_them(
+    tmp_path: Path, source: LocalRegistry, acr_like: LocalRegistry, browser: WebDriver
+) -> None:
+    """A target that refuses the chart (ACR's personal edition): the job's .tgz and RBAC file, kept in the store,
+    are links on the page, and chromium, logged in, saves the chart's very bytes."""
+    seed_chart_images(source)
+    with chart_repository() as repository:
+        repository.add("hami", CHART_VERSION, hami_chart(source.host, CHART_VERSION))
+        config = service_config(tmp_path, source, acr_like, chart={"repository": repository.url})
+        data = yaml.safe_load(config.read_text())
+        del data["images"]  # the chart names them
+        config.write_text(yaml.safe_dump(data))
+        running = Service(config, free_port())
+        running.start()
+        try:
+            job = running.wait_done(running.signed({"version": VERSION}).json()["id"])
+            assert job["state"] == "succeeded", job["error"]
+            browser.get(f"{running.url}/")
+            wait_for_url(browser, f"{running.url}/login")
+            log_in(browser, API_TOKEN)
+            wait_for_url(browser, f"{running.url}/")
+            links = {link.text: link for link in card(browser, job["id"]).find_elements(By.CSS_SELECTOR, ".file-link")}
+            assert sorted(links) == ["hami-2.10.0.tgz", "hami-scheduler-dra-rbac.yaml"]
+            links["hami-2.10.0.tgz"].click()
+            downloaded = wait_for_download(tmp_path / "downloads")
+        finally:
+            assert running.stopped_cleanly()
+    assert downloaded.name == "hami-2.10.0.tgz"
+    assert downloaded.read_bytes() == repository.charts["hami-2.10.0.tgz"]
+
+
 # -- what comes from outside is escaped and clipped -----------------------------------------------------
 
 
